@@ -1,0 +1,34 @@
+"""Helpers for the course "Paged attention and prefix caching".
+
+Import this package first in every notebook: it decides the device once (CUDA, else the CPU
+with Triton's interpreter, which it switches on before triton is imported) and prints a
+one-line banner in a notebook. It holds what the learner does *not* write: the model, the
+baseline caches, workloads, checks, widgets and plots. Never a solution.
+
+Map of the package:
+  device            where the course runs (CUDA or CPU + Triton interpreter)
+  model             a readable Qwen3 that talks to any cache through cache.update(...)
+  checkpoint        loading a real Qwen3 from a local folder
+  baselines         the static-slot cache learners compare against
+  workloads         seeded request generators
+  notebook_loader   taking a learner's classes out of an earlier notebook
+  checks            one module per graded capability
+"""
+
+from . import device as _device  # first: sets TRITON_INTERPRET before anything imports triton
+from .device import DEVICE, banner
+from .model import Qwen3, Qwen3Config, tiny_qwen3
+from .notebook_loader import NotebookLoadError, load_from_notebook
+
+__all__ = ["DEVICE", "banner", "Qwen3", "Qwen3Config", "tiny_qwen3", "load_from_notebook", "NotebookLoadError"]
+__version__ = "0.1.0"
+
+
+def _in_notebook_kernel() -> bool:
+    import sys
+
+    return "ipykernel" in sys.modules
+
+
+if _in_notebook_kernel():
+    print(_device.INFO.banner())

@@ -1,0 +1,95 @@
+"""How every check talks to a learner.
+
+A check returns None when the learner's code is right and raises ``CheckFailed`` (an
+AssertionError, so nbgrader counts the cell as failed) with a message in four parts:
+the scenario that failed, what was expected, what came back, and a hint in the learner's
+terms. Checks never write to stderr: nbgrader gives a test cell zero points for any stderr
+output, so ``quiet()`` silences warnings and sends stray stderr writes to stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class CheckFailed(AssertionError):
+    """A check found a bug. The message is written for the learner."""
+
+
+class NotImplementedYet(CheckFailed):
+    """The learner's code still raises NotImplementedError (a fresh student release)."""
+
+
+def fail(scenario: str, expected: Any, got: Any, hint: str) -> None:
+    """Raise CheckFailed with the course's four-part message."""
+    raise CheckFailed(
+        f"{scenario}\n"
+        f"  expected: {expected}\n"
+        f"  got:      {got}\n"
+        f"  hint: {hint}"
+    )
+
+
+def expect_equal(scenario: str, expected: Any, got: Any, hint: str) -> None:
+    if got != expected:
+        fail(scenario, expected, got, hint)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence warnings and route stderr to stdout for the duration of a check."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stderr(sys.stdout):
+            yield
+
+
+@contextlib.contextmanager
+def swallow_output() -> Iterator[io.StringIO]:
+    """Capture anything the learner's code prints while a check drives it."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        yield buffer
+
+
+def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
+    """Call learner code, turning its exceptions into messages about *what* was being done.
+
+    NotImplementedError becomes "not implemented yet"; any other exception becomes a
+    CheckFailed naming the scenario and the call, with the original exception chained.
+    Exceptions a scenario expects (MemoryError on an exhausted pool, say) must be caught by
+    the check itself around a plain call, not through this helper.
+    """
+    try:
+        return function(*args, **kwargs)
+    except NotImplementedError as error:
+        raise NotImplementedYet(
+            f"not implemented yet: {what} raised NotImplementedError. "
+            "Replace `raise NotImplementedError()` in its cell with your code, run the cell, then this check."
+        ) from error
+    except CheckFailed:
+        raise
+    except Exception as error:  # the learner's bug, reported in the learner's terms
+        where = f"{scenario}: " if scenario else ""
+        raise CheckFailed(
+            f"{where}{what} raised {type(error).__name__}: {error}\n"
+            "  hint: the traceback above this message shows the line in your code."
+        ) from error
+
+
+def check(function: Callable[..., None]) -> Callable[..., None]:
+    """Decorator for public checks: quiet, and returns None on success."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        with quiet():
+            function(*args, **kwargs)
+        return None
+
+    return wrapper

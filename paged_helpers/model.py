@@ -1,0 +1,327 @@
+"""A Qwen3-architecture decoder, written to be read, that runs on any KV cache.
+
+The model never allocates or indexes a cache itself. Each attention layer hands its new keys
+and values to the cache and gets back everything it should attend to:
+
+    keys, values, key_positions = cache.update(layer, k, v, positions)
+
+    k, v           [B, kv_heads, T, head_dim]   the T new tokens of each of the B sequences
+    positions      [B, T] (or [T], shared)       their absolute positions
+    keys, values   [B, kv_heads, S, head_dim]   history plus new tokens, S >= T
+    key_positions  [S] or [B, S]                 the absolute position of each returned key
+
+Masking is causal *by position* (a query at position p sees keys at positions <= p), so the
+same code serves a full forward pass (no cache: keys are the new tokens), a contiguous static
+cache, a paged cache that gathers through block tables, and a batch of sequences at different
+lengths: a shorter sequence's padding rows sit at positions beyond its queries and are masked.
+
+Architecture as in Hugging Face's Qwen3: RMSNorm before attention and MLP, per-head RMSNorm
+on queries and keys (before the rotary embedding), grouped-query attention, SwiGLU MLP,
+rotary embeddings in the rotate-half convention, tied input/output embeddings for the small
+models. Parameter names follow Hugging Face's, so its checkpoints load without renaming.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """The fields of a Qwen3 config.json that the architecture uses."""
+
+    vocab_size: int = 256
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 40_960
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head: query head h reads KV head h // group_size."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config") -> Qwen3Config:
+        """Build from a Hugging Face config dict; extra keys are ignored, missing ones named."""
+        known = {f.name for f in fields(cls)}
+        required = known - {"rms_norm_eps", "rope_theta", "tie_word_embeddings", "max_position_embeddings"}
+        values = dict(raw)
+        if "head_dim" not in values and "hidden_size" in values and "num_attention_heads" in values:
+            values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
+        if "rope_theta" not in values and isinstance(values.get("rope_parameters"), dict):
+            values["rope_theta"] = values["rope_parameters"].get("rope_theta", cls.rope_theta)
+        missing = sorted(required - values.keys())
+        if missing:
+            raise ValueError(f"{source} is missing the field(s) {', '.join(missing)} that a Qwen3 model needs")
+        return cls(**{k: values[k] for k in known if k in values})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class KVCache(Protocol):
+    """What the model needs from a cache (see the module docstring for shapes)."""
+
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 whatever the activations' dtype, as Qwen3 does.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for absolute positions [B, T] -> two tensors [B, 1, T, head_dim]."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.float()[..., None] * inv_freq  # [B, T, head_dim / 2]
+    angles = torch.cat([angles, angles], dim=-1)  # [B, T, head_dim]
+    return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (i, i + head_dim/2) of x [B, H, T, head_dim] by their position's angle."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, config: Qwen3Config, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.heads, self.kv_heads, self.head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
+        self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        batch, steps, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [B, H, T, D], [B, Hkv, T, D]
+
+        if cache is None:
+            keys, values, key_positions = k, v, positions
+        else:
+            keys, values, key_positions = cache.update(self.layer, k, v, positions)
+            _check_cache_reply(self.layer, cache, keys, values, key_positions, k)
+
+        group = self.heads // self.kv_heads
+        keys = keys.repeat_interleave(group, dim=1)  # [B, H, S, D]
+        values = values.repeat_interleave(group, dim=1)
+        if key_positions.ndim == 1:
+            key_positions = key_positions.expand(batch, -1)  # [B, S]
+        visible = key_positions[:, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)  # [B, H, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(batch, steps, self.heads * self.head_dim))
+
+
+def _check_cache_reply(
+    layer: int,
+    cache: object,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_positions: torch.Tensor,
+    new_k: torch.Tensor,
+) -> None:
+    """A cache that breaks the protocol gets a message naming what it returned."""
+    name = type(cache).__name__
+    batch, kv_heads, _, head_dim = new_k.shape
+    for label, tensor in (("keys", keys), ("values", values)):
+        if not isinstance(tensor, torch.Tensor) or tensor.ndim != 4 or tensor.shape[0] != batch or tensor.shape[
+            1
+        ] != kv_heads or tensor.shape[3] != head_dim:
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(
+                f"{name}.update(layer={layer}) returned {label} of shape {shape}; the protocol needs "
+                f"[batch={batch}, kv_heads={kv_heads}, S, head_dim={head_dim}]"
+            )
+    if keys.shape != values.shape:
+        raise ValueError(
+            f"{name}.update(layer={layer}) returned keys {tuple(keys.shape)} but values {tuple(values.shape)}"
+        )
+    span = keys.shape[2]
+    if not isinstance(key_positions, torch.Tensor) or key_positions.shape not in (
+        torch.Size([span]),
+        torch.Size([batch, span]),
+    ):
+        shape = tuple(key_positions.shape) if isinstance(key_positions, torch.Tensor) else key_positions
+        raise ValueError(
+            f"{name}.update(layer={layer}) returned key_positions {shape}; expected [{span}] or "
+            f"[{batch}, {span}] (one absolute position per returned key)"
+        )
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen3Block(nn.Module):
+    def __init__(self, config: Qwen3Config, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Qwen3Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = Qwen3MLP(config)
+
+    def forward(self, x, positions, cos, sin, cache):
+        x = x + self.self_attn(self.input_layernorm(x), positions, cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3(nn.Module):
+    """tokens [B, T] and positions [B, T] (or [T]) -> logits [B, T, vocab].
+
+    With ``cache=None`` the model attends over the tokens it is given: the "from scratch"
+    logits every cache is compared against.
+    """
+
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Qwen3Block(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be integer ids of shape [batch, steps]; got {tuple(tokens.shape)} {tokens.dtype}")
+        batch, steps = tokens.shape
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"tokens must lie in [0, vocab_size={self.config.vocab_size}); got ids from "
+                f"{int(tokens.min())} to {int(tokens.max())}"
+            )
+        if positions is None:
+            if cache is not None:
+                raise ValueError("positions are required with a cache: pass each new token's absolute position")
+            positions = torch.arange(steps, device=self.device)
+        positions = torch.as_tensor(positions, device=self.device)
+        if positions.shape == (steps,):
+            positions = positions.expand(batch, steps)
+        if positions.shape != (batch, steps):
+            raise ValueError(
+                f"positions must have shape [{steps}] or [{batch}, {steps}] to match tokens {tuple(tokens.shape)}; "
+                f"got {tuple(positions.shape)}"
+            )
+        if positions.dtype not in (torch.int64, torch.int32) or (positions.numel() and int(positions.min()) < 0):
+            raise ValueError(f"positions must be non-negative integers; got {positions.dtype}")
+
+        x = self.embed_tokens(tokens)
+        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for block in self.layers:
+            x = block(x, positions, cos, sin, cache)
+        x = self.norm(x)
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return x @ head.T
+
+    @torch.no_grad()
+    def logits_from_scratch(self, sequences: list[list[int]]) -> list[torch.Tensor]:
+        """Each whole sequence run alone with no cache: logits [len, vocab] per sequence."""
+        return [self(torch.tensor([seq], device=self.device))[0] for seq in sequences]
+
+
+def tiny_config(**overrides: Any) -> Qwen3Config:
+    """The course's default model: small enough for milliseconds per forward pass on a CPU."""
+    return Qwen3Config(**overrides)
+
+
+def tiny_qwen3(
+    seed: int = 0,
+    config: Qwen3Config | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen3:
+    """A Qwen3 with deterministic random weights: same seed, same model, on any machine.
+
+    Weights are scaled so the logits are far from uniform (greedy decoding picks varied
+    tokens), which makes corrupted caches visible in the outputs.
+    """
+    from .device import DEVICE
+
+    config = config or tiny_config()
+    generator = torch.Generator().manual_seed(seed)
+    model = Qwen3(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.copy_(1.0 + 0.1 * torch.randn(parameter.shape, generator=generator))
+            elif parameter.ndim == 2:
+                fan_in = parameter.shape[1]
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(fan_in))
+    model.eval()
+    return model.to(device=device or DEVICE, dtype=dtype)

@@ -1,0 +1,203 @@
+"""Carry a learner's work forward: take named definitions out of an earlier notebook.
+
+Notebook 03's cache uses the allocator the learner wrote in notebook 02, and so on. This
+module reads a notebook file, keeps only the top-level imports, functions, classes and
+constant assignments of its code cells (never its demos, prints or tests), runs those in a
+fresh module, and hands back the names asked for.
+
+Where it looks, in order (``find_notebook``):
+  1. the folders given in ``search``;
+  2. the current folder (the course's ``notebooks/`` folder, or a release where all
+     notebooks sit side by side);
+  3. sibling assignment folders ``../<stem>/<stem>.ipynb``: nbgrader's layout, where each
+     notebook is an assignment of its own (source/, release/, submitted/<student>/ and
+     autograded/<student>/ all look like this);
+  4. ``../../../submitted/<student>/<stem>/``: during ``nbgrader autograde`` the current
+     folder is autograded/<student>/<assignment>/, and an earlier notebook that was never
+     autograded is still in the student's submission.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["NotebookLoadError", "find_notebook", "load_definitions", "load_from_notebook"]
+
+
+class NotebookLoadError(ImportError):
+    """A notebook or a name in it could not be used. The message says what to do."""
+
+
+def find_notebook(name: str, search: Iterable[str | Path] = ()) -> Path:
+    """The path of notebook ``name`` (with or without .ipynb), searched as the module says."""
+    stem = name.removesuffix(".ipynb")
+    filename = f"{stem}.ipynb"
+    here = Path.cwd()
+    candidates: list[Path] = []
+    for folder in [*search, *reversed(_LOADING_FROM)]:
+        folder = Path(folder)
+        candidates += [folder / filename, folder / stem / filename]
+    candidates += [here / filename, here.parent / stem / filename]
+    if here.parent.parent.name in ("autograded", "submitted"):
+        student = here.parent.name
+        candidates.append(here.parent.parent.parent / "submitted" / student / stem / filename)
+    for path in candidates:
+        if path.is_file():
+            return path.resolve()
+    tried = "\n  ".join(str(p) for p in dict.fromkeys(candidates))
+    raise NotebookLoadError(f"notebook {filename} not found. Looked in:\n  {tried}")
+
+
+def _cell_source_without_magics(source: str) -> str:
+    """Blank out IPython-only lines (%magic, !shell) so the cell parses as Python."""
+    kept = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        kept.append("" if stripped.startswith(("%", "!")) else line)
+    return "\n".join(kept)
+
+
+# Folders of the notebooks whose definitions are being run right now (innermost last).
+_LOADING_FROM: list[Path] = []
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _is_constant_assignment(node: ast.stmt) -> bool:
+    """NAME = literal (BLOCK_SIZE = 16): kept, since definitions may refer to it."""
+    if isinstance(node, ast.AnnAssign):
+        targets, value = [node.target], node.value
+    elif isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    else:
+        return False
+    if value is None or not all(isinstance(t, ast.Name) and t.id.isupper() for t in targets):
+        return False
+    try:
+        ast.literal_eval(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_earlier_notebook_import(node: ast.stmt) -> bool:
+    """NAME = load_from_notebook(...): kept, so notebook 03 can load 02's allocator in turn."""
+    if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+        return False
+    func = node.value.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return called == "load_from_notebook"
+
+
+def _still_unimplemented(node: ast.AST) -> bool:
+    """True if a function's body (not nested functions) raises NotImplementedError."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Raise) and child.exc is not None:
+            exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                return True
+    return False
+
+
+def _unimplemented_parts(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [node.name] if _still_unimplemented(node) else []
+    if isinstance(node, ast.ClassDef):
+        return [
+            f"{node.name}.{item.name}"
+            for item in node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _still_unimplemented(item)
+        ]
+    return []
+
+
+def load_definitions(path: str | Path, module_name: str | None = None) -> types.ModuleType:
+    """Run a notebook's top-level definitions in a fresh module and return it.
+
+    The module is registered in ``sys.modules`` under ``module_name`` (default
+    ``learner_<stem>``) so that classes defined there pickle and show a readable name.
+    Its attribute ``__unimplemented__`` lists the functions and methods that still raise
+    NotImplementedError.
+    """
+    path = Path(path)
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as error:
+        raise NotebookLoadError(f"{path} could not be read as a notebook: {error}") from error
+    module_name = module_name or "learner_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    unimplemented: list[str] = []
+    kept: list[ast.stmt] = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(_cell_source_without_magics(cell.source), filename=f"{path.name}[cell {index}]")
+        except SyntaxError as error:
+            raise NotebookLoadError(
+                f"{path.name}, code cell {index}, line {error.lineno}: a syntax error ({error.msg}). "
+                "Fix that cell so the notebook's definitions can be loaded."
+            ) from error
+        for node in tree.body:
+            if isinstance(node, _DEFINITIONS) or _is_constant_assignment(node) or _is_earlier_notebook_import(node):
+                kept.append(node)
+                unimplemented += _unimplemented_parts(node)
+    code = compile(ast.Module(body=kept, type_ignores=[]), filename=str(path), mode="exec")
+    module.__unimplemented__ = unimplemented
+    sys.modules[module_name] = module
+    # A nested load_from_notebook (03 loading 02) also searches beside this notebook.
+    _LOADING_FROM.append(path.parent)
+    try:
+        exec(code, module.__dict__)
+    except NotebookLoadError:
+        del sys.modules[module_name]
+        raise
+    except Exception as error:
+        del sys.modules[module_name]
+        raise NotebookLoadError(
+            f"running the definitions of {path.name} failed with {type(error).__name__}: {error}"
+        ) from error
+    finally:
+        _LOADING_FROM.pop()
+    return module
+
+
+def load_from_notebook(
+    notebook: str,
+    names: str | Sequence[str],
+    search: Iterable[str | Path] = (),
+    allow_unimplemented: bool = False,
+):
+    """The named definitions from an earlier notebook: one object for one name, else a tuple.
+
+    >>> BlockAllocator = load_from_notebook("02_block_allocator", "BlockAllocator")
+
+    Raises NotebookLoadError when the notebook or a name is missing, or (unless
+    ``allow_unimplemented``) when a requested function or class still raises
+    NotImplementedError: finish that notebook first.
+    """
+    path = find_notebook(notebook, search)
+    module = load_definitions(path)
+    wanted = [names] if isinstance(names, str) else list(names)
+    found = []
+    for name in wanted:
+        if not hasattr(module, name):
+            raise NotebookLoadError(
+                f"{path.name} defines no `{name}`. Define it at the top level of a code cell in that "
+                "notebook (and keep its name), then run this cell again."
+            )
+        unfinished = [part for part in module.__unimplemented__ if part == name or part.startswith(f"{name}.")]
+        if unfinished and not allow_unimplemented:
+            raise NotebookLoadError(
+                f"`{name}` in {path.name} is not finished: {', '.join(unfinished)} still raise(s) "
+                "NotImplementedError. Complete that notebook first, then come back here."
+            )
+        found.append(getattr(module, name))
+    return found[0] if isinstance(names, str) else tuple(found)

@@ -1,0 +1,45 @@
+"""The chapter's demos: `python run.py NAME [options]`, each printing one JSON object.
+
+    python run.py paged            static slots vs paged blocks on the seeded workload
+    python run.py cow              block counts of a fork and copy-on-write
+    python run.py prefix           eight requests sharing a system prompt
+    python run.py kernel           the paged decode kernel (benchmark on a GPU)
+    python run.py engine           continuous batching: static slots vs paged + prefix cache
+
+Demos that need the learner's classes read them from the notebooks in --impl DIR
+(default: notebooks/, the instructor's source). Point it at your own copies to run the
+chapter's demos on your work: `python run.py cow --impl ~/my-course`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import import_module
+
+import paged_helpers  # noqa: F401  (first: selects the device and Triton mode)
+from paged_helpers.demos import DEMOS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="demo", required=True, metavar="DEMO")
+    for name, module_name in DEMOS.items():
+        try:
+            module = import_module(f"paged_helpers.demos.{module_name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"paged_helpers.demos.{module_name}":
+                raise
+            continue
+        sub = commands.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    args = parser.parse_args(argv)
+    result = args.run(args)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

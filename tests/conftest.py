@@ -1,0 +1,51 @@
+"""Shared test fixtures: the right implementations come from the instructor notebooks.
+
+Tests never keep a second copy of a solution: ``solution("02_block_allocator",
+"BlockAllocator")`` loads it from notebooks/ through the same loader learners use.
+Wrong implementations (for proving that checks can fail) live beside each test as small
+subclasses or edits of the right ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import paged_helpers  # noqa: E402,F401  (first: device and Triton mode)
+from paged_helpers.notebook_loader import load_from_notebook  # noqa: E402
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@functools.cache
+def solution(notebook: str, name: str):
+    """The instructor's definition of ``name`` from notebooks/<notebook>.ipynb."""
+    return load_from_notebook(notebook, name, search=[NOTEBOOKS])
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+@pytest.fixture
+def failing_message():
+    """failing_message(check, impl) -> the CheckFailed message; fails the test if the check passes."""
+    from paged_helpers.checks import CheckFailed
+
+    def run(check, *impl):
+        try:
+            check(*impl)
+        except CheckFailed as error:
+            return str(error)
+        pytest.fail(f"{check.__name__} passed a wrong implementation: {impl}")
+
+    return run
