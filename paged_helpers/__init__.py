@@ -12,7 +12,12 @@ Map of the package:
   baselines         the static-slot cache learners compare against
   workloads         seeded request generators
   notebook_loader   taking a learner's classes out of an earlier notebook
-  checks            one module per graded capability
+  checks            one module per graded capability (check_block_allocator, ...)
+  reference         slow, obvious attention references the kernels are compared against
+  widgets           live block tables, the copy-on-write demo, the prefix-cache view
+  plots             matplotlib figures for the notebooks
+  serving           engine pieces without solutions: requests, sampling, metrics, static baseline
+  demos             the figures behind `python run.py NAME`
 """
 
 from . import device as _device  # first: sets TRITON_INTERPRET before anything imports triton
@@ -22,6 +27,19 @@ from .notebook_loader import NotebookLoadError, load_from_notebook
 
 __all__ = ["DEVICE", "banner", "Qwen3", "Qwen3Config", "tiny_qwen3", "load_from_notebook", "NotebookLoadError"]
 __version__ = "0.1.0"
+
+# Submodules reached as attributes (ph.checks, ph.widgets, ...) are imported on first use, so
+# `import paged_helpers` stays fast and never imports triton or ipywidgets by itself.
+_SUBMODULES = {"baselines", "checkpoint", "checks", "demos", "model", "notebook_loader", "plots", "reference",
+               "serving", "widgets", "workloads"}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        from importlib import import_module
+
+        return import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'paged_helpers' has no attribute {name!r}")
 
 
 def _in_notebook_kernel() -> bool:

@@ -1,0 +1,91 @@
+"""The loader that carries a learner's classes from one notebook to the next."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from paged_helpers.notebook_loader import NotebookLoadError, find_notebook, load_from_notebook
+
+
+def write_notebook(path, *cells: str):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+ALLOCATOR_CELLS = (
+    "import paged_helpers as ph\n%matplotlib inline\nfrom collections import deque",
+    "BLOCKS = 4\nclass Counter:\n    def __init__(self):\n        self.free = deque(range(BLOCKS))\n"
+    "    def take(self):\n        return self.free.popleft()",
+    "demo = Counter()\nprint('demo ran', demo.take())\nraise SystemExit('the demo cell must not run')",
+    "!echo shell lines are skipped\nassert False, 'test cells must not run'",
+)
+
+
+def test_takes_definitions_without_running_demos_or_tests(tmp_path, capsys):
+    write_notebook(tmp_path / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    Counter = load_from_notebook("02_alloc", "Counter", search=[tmp_path])
+    assert Counter().take() == 0
+    assert "demo ran" not in capsys.readouterr().out
+
+
+def test_several_names_come_back_as_a_tuple(tmp_path):
+    write_notebook(tmp_path / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    counter_class, blocks = load_from_notebook("02_alloc.ipynb", ["Counter", "BLOCKS"], search=[tmp_path])
+    assert blocks == 4 and counter_class.__module__ == "learner_02_alloc"
+
+
+def test_missing_name_says_where_to_define_it(tmp_path):
+    write_notebook(tmp_path / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    with pytest.raises(NotebookLoadError, match="02_alloc.ipynb defines no `BlockAllocator`"):
+        load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])
+
+
+def test_unfinished_release_code_is_refused_with_the_method_named(tmp_path):
+    write_notebook(
+        tmp_path / "02_alloc.ipynb",
+        "class BlockAllocator:\n    def allocate(self):\n        # YOUR CODE HERE\n        raise NotImplementedError()\n"
+        "    def share(self, block):\n        return block",
+    )
+    with pytest.raises(NotebookLoadError, match=r"BlockAllocator.allocate still raise"):
+        load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])
+    assert load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path], allow_unimplemented=True)
+
+
+def test_missing_notebook_lists_the_places_searched(tmp_path):
+    with pytest.raises(NotebookLoadError, match="not found. Looked in") as caught:
+        load_from_notebook("09_nothing", "X", search=[tmp_path])
+    assert str(tmp_path) in str(caught.value)
+
+
+def test_syntax_error_names_the_cell(tmp_path):
+    write_notebook(tmp_path / "02_alloc.ipynb", "x = 1", "def broken(:\n    pass")
+    with pytest.raises(NotebookLoadError, match="code cell 1"):
+        load_from_notebook("02_alloc", "x", search=[tmp_path])
+
+
+def test_a_notebook_can_load_from_an_earlier_one_beside_it(tmp_path):
+    write_notebook(tmp_path / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    write_notebook(
+        tmp_path / "03_cache.ipynb",
+        "import paged_helpers as ph",
+        "Counter = ph.load_from_notebook('02_alloc', 'Counter')",
+        "class Cache:\n    def __init__(self):\n        self.allocator = Counter()",
+    )
+    Cache = load_from_notebook("03_cache", "Cache", search=[tmp_path])
+    assert Cache().allocator.take() == 0
+
+
+def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
+    """autograded/<student>/03/ finds 02 in autograded/<student>/02/ or else submitted/<student>/02/."""
+    course = tmp_path / "course"
+    write_notebook(course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    grading_dir = course / "autograded" / "ada" / "03_cache"
+    grading_dir.mkdir(parents=True)
+    monkeypatch.chdir(grading_dir)
+    assert find_notebook("02_alloc") == course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb"
+    write_notebook(course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb", *ALLOCATOR_CELLS)
+    assert find_notebook("02_alloc") == course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb"
