@@ -60,5 +60,7 @@ def load_qwen3(
             )
     model.load_state_dict({k: state[k] for k in expected})
     model.eval()
-    target_dtype = dtype or (torch.bfloat16 if (device or DEVICE).__str__().startswith("cuda") else torch.float32)
-    return model.to(device=device or DEVICE, dtype=target_dtype)
+    device = torch.device(device or DEVICE)
+    # bfloat16 halves the memory of a real checkpoint on a GPU; the CPU stays in float32.
+    target_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    return model.to(device=device, dtype=target_dtype)

@@ -270,3 +270,7 @@ def test_run_paged_options():
     small_blocks = run_demo("paged", "--block-size", "1", "--requests", "8", "--seed", "3")
     assert small_blocks["paged_utilization"] == 1.0 and small_blocks["requests"] == 8
     assert run_demo("paged", "--block-size", "128")["paged_utilization"] < 0.9
+
+
+def test_run_paged_on_the_notebooks_cache_matches_the_arithmetic():
+    assert run_demo("paged", "--impl", "notebooks") == run_demo("paged")

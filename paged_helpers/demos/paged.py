@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..workloads import request_lengths
+from .implementation import add_impl_argument, load_impl
 
 
 def slots_reserved_paged(lengths: list[int], block_size: int) -> int:
@@ -14,16 +15,40 @@ def slots_reserved_paged(lengths: list[int], block_size: int) -> int:
     return sum(-(-length // block_size) * block_size for length in lengths)
 
 
+def slots_reserved_by_cache(paged_cache_class, lengths: list[int], block_size: int) -> int:
+    """The same count, measured: reserve every request in a real paged cache and count its blocks."""
+    blocks = sum(-(-length // block_size) for length in lengths)
+    cache = paged_cache_class(1, blocks, block_size, 1, 1)
+    for seq, length in enumerate(lengths):
+        cache.create(seq)
+        cache.reserve(seq, length)
+    return sum(len(table) for table in cache.tables.values()) * block_size
+
+
 def utilization_figures(
-    requests: int = 32, block_size: int = 16, capacity: int = 1024, seed: int = 0, shortest: int = 20, longest: int = 500
+    requests: int = 32,
+    block_size: int = 16,
+    capacity: int = 1024,
+    seed: int = 0,
+    shortest: int = 20,
+    longest: int = 500,
+    paged_cache_class=None,
 ) -> dict[str, float | int]:
-    """The chapter's figure: tokens stored against slots reserved, static and paged."""
+    """The chapter's figure: tokens stored against slots reserved, static and paged.
+
+    With ``paged_cache_class`` the paged count comes from reserving the requests in that
+    cache (the learner's), else from arithmetic.
+    """
     lengths = request_lengths(requests, shortest, longest, seed)
     if max(lengths) > capacity:
         raise ValueError(f"a request of {max(lengths)} tokens does not fit a static slot of {capacity}")
     stored = sum(lengths)
     static = requests * capacity
-    paged = slots_reserved_paged(lengths, block_size)
+    paged = (
+        slots_reserved_paged(lengths, block_size)
+        if paged_cache_class is None
+        else slots_reserved_by_cache(paged_cache_class, lengths, block_size)
+    )
     return {
         "requests": requests,
         "tokens_stored": stored,
@@ -39,7 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=32, help="live requests (default 32)")
     parser.add_argument("--capacity", type=int, default=1024, help="static slot size in tokens (default 1024)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    # Without --impl the paged count is arithmetic, so this demo works before notebook 03 is done.
+    add_impl_argument(parser, default=None)
 
 
 def run(args: argparse.Namespace) -> dict[str, float | int]:
-    return utilization_figures(args.requests, args.block_size, args.capacity, args.seed)
+    paged_cache_class = None if args.impl is None else load_impl(args, "03_paged_kv_cache", "PagedKVCache")
+    return utilization_figures(args.requests, args.block_size, args.capacity, args.seed, paged_cache_class=paged_cache_class)
