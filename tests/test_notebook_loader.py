@@ -44,15 +44,19 @@ def test_missing_name_says_where_to_define_it(tmp_path):
         load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])
 
 
-def test_unfinished_release_code_is_refused_with_the_method_named(tmp_path):
+def test_unfinished_code_is_named_and_refused_on_request(tmp_path, capsys):
     write_notebook(
         tmp_path / "02_alloc.ipynb",
         "class BlockAllocator:\n    def allocate(self):\n        # YOUR CODE HERE\n        raise NotImplementedError()\n"
         "    def share(self, block):\n        return block",
     )
     with pytest.raises(NotebookLoadError, match=r"BlockAllocator.allocate still raise"):
-        load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])
-    assert load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path], allow_unimplemented=True)
+        load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path], allow_unimplemented=False)
+    allocator_class = load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])
+    assert allocator_class().share(3) == 3
+    printed = capsys.readouterr()
+    assert "note: `BlockAllocator` in 02_alloc.ipynb is not finished: BlockAllocator.allocate" in printed.out
+    assert printed.err == ""
 
 
 def test_missing_notebook_lists_the_places_searched(tmp_path):
@@ -89,3 +93,19 @@ def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
     assert find_notebook("02_alloc") == course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb"
     write_notebook(course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb", *ALLOCATOR_CELLS)
     assert find_notebook("02_alloc") == course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb"
+
+
+def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
+    from paged_helpers.checks.report import NotImplementedYet, call_learner
+
+    write_notebook(tmp_path / "02_alloc.ipynb",
+                   "class BlockAllocator:\n    def allocate(self):\n        raise NotImplementedError()")
+    allocator = load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])()
+    with pytest.raises(NotImplementedYet, match="The code that raised is in 02_alloc.ipynb: finish that notebook"):
+        call_learner("cache.reserve", lambda: allocator.allocate())
+
+    def typed_here():
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedYet, match="Replace `raise NotImplementedError\\(\\)` in its cell"):
+        call_learner("fork", typed_here)

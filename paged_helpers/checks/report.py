@@ -68,10 +68,13 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
     try:
         return function(*args, **kwargs)
     except NotImplementedError as error:
-        raise NotImplementedYet(
-            f"not implemented yet: {what} raised NotImplementedError. "
-            "Replace `raise NotImplementedError()` in its cell with your code, run the cell, then this check."
-        ) from error
+        earlier = _earlier_notebook_raising(error)
+        where = (
+            f"The code that raised is in {earlier}: finish that notebook first, then run this check again."
+            if earlier
+            else "Replace `raise NotImplementedError()` in its cell with your code, run the cell, then this check."
+        )
+        raise NotImplementedYet(f"not implemented yet: {what} raised NotImplementedError. {where}") from error
     except CheckFailed:
         raise
     except Exception as error:  # the learner's bug, reported in the learner's terms
@@ -80,6 +83,24 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
             f"{where}{what} raised {type(error).__name__}: {error}\n"
             "  hint: the traceback above this message shows the line in your code."
         ) from error
+
+
+def _earlier_notebook_raising(error: BaseException) -> str | None:
+    """The notebook file whose loaded code raised ``error``, if it came from notebook_loader.
+
+    Code loaded from an earlier notebook carries the file name "<path>.ipynb (code cells)";
+    code typed in the current notebook carries an ipykernel temp file name instead.
+    """
+    import traceback
+    from pathlib import Path
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    filename = frames[-1].filename
+    if filename.endswith(".ipynb (code cells)"):
+        return Path(filename.removesuffix(" (code cells)")).name
+    return None
 
 
 def check(function: Callable[..., None]) -> Callable[..., None]:

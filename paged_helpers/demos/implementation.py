@@ -31,4 +31,4 @@ def load_impl(args: argparse.Namespace, notebook: str, names: str | list[str]):
     folder = Path(args.impl).expanduser()
     if not folder.is_dir():
         raise SystemExit(f"--impl {folder}: no such folder (it should hold your NN_*.ipynb notebooks)")
-    return load_from_notebook(notebook, names, search=[folder])
+    return load_from_notebook(notebook, names, search=[folder], allow_unimplemented=False)

@@ -1,0 +1,381 @@
+"""The check for notebook 05: a prefix cache that reuses full blocks of earlier prompts.
+
+check_prefix_cache(PrefixCache, PagedKVCache, seed=0)
+    Serves seeded prompts through the learner's ``PrefixCache`` on the learner's cache (blocks
+    of 4) the way an engine does: ``attach``, reserve and prefill the rest (the check writes each
+    position's key straight into the pool, a number that stands for the whole prefix up to that
+    position), ``remember``, and later ``free`` and ``evict``. It states in each scenario how many
+    tokens must be reused and what each block's reference count must be, and reads reused blocks
+    back to make sure they hold this prompt's history, not another one's.
+
+    Scenarios: a prompt served twice (the cache's own reference keeps blocks alive; a partial
+    block is never published; remembering cached blocks again takes no extra reference); a prompt
+    that is entirely cached (one token is always left to prefill); blocks with the same text but
+    different histories; LRU order after a hit; eviction while some cached blocks are in use.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from array import array
+from typing import Any
+
+from .report import call_learner, check, fail
+
+__all__ = ["check_prefix_cache"]
+
+BLOCK = 4
+VOCAB = 1000
+
+WHOLE_PREFIX_HINT = (
+    "the key of a cached block must be the whole token prefix up to the end of that block, not the "
+    "block's own tokens (or its position): a block's keys and values depend on every earlier token"
+)
+LAST_TOKEN_HINT = (
+    "always leave at least one prompt token to prefill: the last prompt position must run through "
+    "the model, since its logits choose the first output token"
+)
+OWN_REFERENCE_HINT = (
+    "remember must share() each block it publishes: the prefix cache holds its own reference, so the "
+    "block outlives the request that computed it"
+)
+PARTIAL_HINT = (
+    "publish full blocks only (len(tokens) // block_size of them): a partial block is still being "
+    "written by its sequence, and its key would not be a whole block of prefix"
+)
+
+
+def prefix_code(prefix: list[int]) -> float:
+    """The number the check stores as the key of the last position of ``prefix`` (exact in float32)."""
+    return float(zlib.crc32(array("q", prefix).tobytes()) % (1 << 22) + 1)
+
+
+class _Server:
+    """The learner's PrefixCache over the learner's PagedKVCache, driven like an engine would."""
+
+    def __init__(self, PrefixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str) -> None:
+        self.scenario, self.num_blocks = scenario, num_blocks
+        self.cache = call_learner(
+            f"PagedKVCache(layers=1, num_blocks={num_blocks}, block_size={BLOCK}, kv_heads=1, head_dim=1)",
+            PagedKVCache,
+            1,
+            num_blocks,
+            BLOCK,
+            1,
+            1,
+            scenario=scenario,
+        )
+        self.prefixes = call_learner("PrefixCache(cache)", PrefixCache, self.cache, scenario=scenario)
+        self.prompts: dict[str, list[int]] = {}
+        self.names: dict[str, str] = {}  # seq -> the prompt's name in messages
+        self.code_owner: dict[float, tuple[str, int]] = {}  # stored code -> (prompt name, position)
+
+    @property
+    def allocator(self) -> Any:
+        return self.cache.allocator
+
+    def serve(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> list[int]:
+        """attach, check what was reused, prefill the rest, remember. Returns seq's block table."""
+        self.attach(seq, prompt, name, reused, short_hint)
+        what = f"prefilling {name} as {seq!r} (reserve, then the forward pass)"
+        call_learner(
+            f"reserve({seq!r}, {len(prompt) - reused})",
+            self.cache.reserve,
+            seq,
+            len(prompt) - reused,
+            scenario=f"{self.scenario}, {what}",
+        )
+        table = self.cache.tables[seq]
+        for position in range(reused, len(prompt)):
+            code = prefix_code(prompt[: position + 1])
+            self.cache.k_pool[0][table[position // BLOCK], :, position % BLOCK] = code
+            self.code_owner[code] = (name, position)
+        self.cache.lengths[seq] = len(prompt)
+        call_learner(
+            f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario
+        )
+        return list(table)
+
+    def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> None:
+        what = f"attach({seq!r}, {name}) of a {len(prompt)}-token prompt"
+        where = f"{self.scenario}, {what}"
+        got = call_learner(what, self.prefixes.attach, seq, list(prompt), scenario=self.scenario)
+        self.prompts[seq], self.names[seq] = list(prompt), name
+        if seq not in self.cache.tables:
+            fail(
+                where,
+                f"{seq!r} created in the cache",
+                "no table for it",
+                "attach creates the sequence (cache.create(seq)) before sharing blocks into its table",
+            )
+        if not isinstance(got, int) or got < 0 or got % BLOCK:
+            fail(
+                where,
+                "the number of prompt tokens reused: a multiple of the block size",
+                repr(got),
+                "return how many tokens the reused blocks hold (blocks reused x block_size)",
+            )
+        table, length = self.cache.tables[seq], self.cache.lengths[seq]
+        if len(table) != got // BLOCK or length != got:
+            fail(
+                where,
+                f"a table of {got // BLOCK} reused block(s) and lengths[{seq!r}] == {got}",
+                f"table {table}, length {length}",
+                "attach returns the tokens reused, appends exactly those blocks and sets the length to match",
+            )
+        self._expect_history(where, seq, prompt, got)
+        if got != reused:
+            if got > reused and got >= len(prompt):
+                hint = LAST_TOKEN_HINT
+            elif got > reused:
+                hint = WHOLE_PREFIX_HINT
+            else:
+                hint = short_hint or "attach reuses every full block whose whole prefix is cached"
+            fail(where, f"{reused} prompt tokens reused", f"{got}", hint)
+
+    def _expect_history(self, where: str, seq: str, prompt: list[int], reused: int) -> None:
+        """Every reused position must hold the key computed for *this* prompt's prefix."""
+        table = self.cache.tables[seq]
+        for position in range(reused):
+            found = float(self.cache.k_pool[0][table[position // BLOCK], 0, position % BLOCK, 0])
+            if found == prefix_code(prompt[: position + 1]):
+                continue
+            owner = self.code_owner.get(found)
+            held = (
+                f"the keys of {owner[0]} at position {owner[1]}"
+                if owner
+                else "keys no request computed for this prefix"
+            )
+            fail(
+                where,
+                f"block {table[position // BLOCK]}, reused for positions {position - position % BLOCK}.."
+                f"{position - position % BLOCK + BLOCK - 1}, holding this prompt's keys",
+                f"at position {position} it holds {held}",
+                WHOLE_PREFIX_HINT,
+            )
+
+    def expect_refcount(
+        self, block: int, refs: int, who: str, after: str, too_low: str, too_high: str
+    ) -> None:
+        got = self.allocator.refs[block]
+        if got != refs:
+            fail(
+                f"{self.scenario}, after {after}",
+                f"block {block}: refcount {refs} ({who})",
+                f"refcount {got}",
+                too_low if got < refs else too_high,
+            )
+
+    def free(self, seq: str) -> None:
+        call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
+        del self.prompts[seq]
+
+    def evict(self, blocks_wanted: int) -> None:
+        call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
+
+    def expect_free(self, count: int, after: str, hint: str) -> None:
+        if self.allocator.num_free != count:
+            fail(
+                f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint
+            )
+
+    def finish(self) -> None:
+        """Free every request and evict everything: no block may stay in use."""
+        for seq in list(self.prompts):
+            self.free(seq)
+        self.evict(self.num_blocks)
+        stuck = [block for block, refs in enumerate(self.allocator.refs) if refs]
+        if stuck:
+            fail(
+                f"{self.scenario}, after freeing every request and evict({self.num_blocks})",
+                f"all {self.num_blocks} blocks free (nothing uses them, so the cache can drop them all)",
+                f"block(s) {stuck} still hold references {[self.allocator.refs[b] for b in stuck]}",
+                "each cached block holds exactly one reference of the cache, taken once when published and "
+                "released when evicted",
+            )
+
+
+def _tokens(rng: random.Random, count: int) -> list[int]:
+    return [rng.randrange(VOCAB) for _ in range(count)]
+
+
+def _served_twice(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(PrefixCache, PagedKVCache, 16, "a 10-token prompt A served, freed, then served again")
+    prompt = _tokens(rng, 10)
+    first = server.serve("a1", prompt, "A", reused=0)
+    after = "remember('a1', A)"
+    for block in first[:2]:
+        server.expect_refcount(
+            block,
+            2,
+            "a1's table + the prefix cache's own reference",
+            after,
+            OWN_REFERENCE_HINT,
+            "publish each block once: one reference for the cache",
+        )
+    server.expect_refcount(
+        first[2],
+        1,
+        "a1's table only: it holds 2 of 4 tokens",
+        after,
+        "a1 still uses its partial block",
+        PARTIAL_HINT,
+    )
+    server.free("a1")
+    server.expect_free(
+        16 - 2,
+        "free('a1')",
+        "the two full blocks stay (the cache holds them), the partial one returns to the pool",
+    )
+    second = server.serve(
+        "a2",
+        prompt,
+        "A",
+        reused=8,
+        short_hint="the cache's blocks must survive free('a1'): " + OWN_REFERENCE_HINT,
+    )
+    after = "attach('a2', A), prefill and remember('a2', A)"
+    for block in second[:2]:
+        server.expect_refcount(
+            block,
+            2,
+            "a2's table + the prefix cache",
+            after,
+            "attach must share() each reused block: a2's table points at it too",
+            "remember must not take a second reference on a block already cached under "
+            "that prefix (skip keys that are already there)",
+        )
+    longer = prompt + _tokens(rng, 3)
+    server.serve(
+        "a3",
+        longer,
+        "A + 3 tokens",
+        reused=8,
+        short_hint="A's full blocks are cached: a longer prompt starting with A reuses them",
+    )
+    server.finish()
+
+
+def _entirely_cached(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(PrefixCache, PagedKVCache, 16, "a 12-token prompt B (three full blocks), cached")
+    prompt = _tokens(rng, 12)
+    first = server.serve("b1", prompt, "B", reused=0)
+    for block in first:
+        server.expect_refcount(
+            block,
+            2,
+            "b1's table + the prefix cache",
+            "remember('b1', B)",
+            OWN_REFERENCE_HINT,
+            "publish each block once",
+        )
+    server.free("b1")
+    server.serve("b2", prompt, "B again", reused=8)  # all of B is cached, yet its last token is prefilled
+    server.attach("b3", prompt[:9], "B[:9]", reused=8)
+    server.attach("b4", prompt[:8], "B[:8]", reused=4)
+    server.attach("b5", prompt[:1], "B[:1]", reused=0)
+    server.finish()
+
+
+def _same_text_other_history(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 24, "prompts C and D cached, then blocks with their text elsewhere"
+    )
+    c, d = _tokens(rng, 10), _tokens(rng, 10)
+    server.serve("c", c, "C", reused=0)
+    server.serve("d", d, "D", reused=0)
+    server.free("c")
+    server.free("d")
+    shifted = c[4:8] + _tokens(rng, 3)  # C's second block of text, but at the start of the prompt
+    server.attach("e1", shifted, "C[4:8] + 3 tokens", reused=0)
+    crossed = c[:4] + d[4:8] + _tokens(rng, 2)  # C's first block, then D's second block of text
+    server.attach("e2", crossed, "C[:4] + D[4:8] + 2 tokens", reused=4)
+    server.finish()
+
+
+def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(PrefixCache, PagedKVCache, 12, "F then G cached, F hit again, then evict one block")
+    f, g = _tokens(rng, 9), _tokens(rng, 9)
+    f_blocks = server.serve("f1", f, "F", reused=0)[:2]
+    server.free("f1")
+    g_blocks = server.serve("g1", g, "G", reused=0)[:2]
+    server.free("g1")
+    server.serve("f2", f, "F", reused=8)  # a hit: F's entries become the most recently used
+    server.free("f2")
+    wanted = server.allocator.num_free + 1
+    server.evict(wanted)
+    after = f"evict({wanted}) (one more block wanted)"
+    if server.allocator.num_free != wanted:
+        fail(
+            f"{server.scenario}, after {after}",
+            f"{wanted} free blocks: exactly one cached block dropped",
+            f"{server.allocator.num_free}",
+            "evict drops entries only until allocator.num_free >= blocks_wanted, then stops",
+        )
+    for block in f_blocks:
+        server.expect_refcount(
+            block,
+            1,
+            "F's block, used just now: still cached",
+            after,
+            "G's blocks were the least recently used, not F's: attach must mark every entry it "
+            "hits as most recently used (OrderedDict.move_to_end) and evict must go from the "
+            "least recently used end",
+            "",
+        )
+    server.expect_refcount(
+        g_blocks[0],
+        0,
+        "G's first block, the least recently used entry: evicted",
+        after,
+        "",
+        "evict the least recently used entry first (G's, since F was hit after G was cached)",
+    )
+    server.attach(
+        "f3", f, "F", reused=8, short_hint="F's blocks were used after G's and must still be cached"
+    )
+    server.finish()
+
+
+def _evict_under_pressure(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 12, "H cached and still running, I cached and finished, evict all"
+    )
+    h, i = _tokens(rng, 9), _tokens(rng, 9)
+    h_blocks = server.serve("h1", h, "H", reused=0)  # h1 keeps running: its blocks are in use
+    server.serve("i1", i, "I", reused=0)
+    server.free("i1")
+    server.evict(12)
+    after = "evict(12) with H's cached blocks still in use by 'h1'"
+    for block in h_blocks[:2]:
+        server.expect_refcount(
+            block,
+            2,
+            "h1's table + the prefix cache: in use, so not evictable",
+            after,
+            "evict must skip blocks that someone else uses (refcount above 1): dropping them "
+            "frees no memory and throws away a prefix that is still hot",
+            "",
+        )
+    server.expect_free(
+        12 - 3,
+        after,
+        "every cached block nobody else uses (I's two) goes back to the pool; H's three blocks stay in use",
+    )
+    server.attach("h2", h, "H", reused=8, short_hint="H's entries are in use and must survive evict")
+    server.finish()
+
+
+@check
+def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
+    """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
+    rng = random.Random(seed)
+    for scenario in (
+        _served_twice,
+        _entirely_cached,
+        _same_text_other_history,
+        _lru_after_hit,
+        _evict_under_pressure,
+    ):
+        scenario(PrefixCache, PagedKVCache, rng)

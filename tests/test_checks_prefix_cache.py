@@ -1,0 +1,142 @@
+"""check_prefix_cache: the instructor's PrefixCache passes, realistic wrong ones fail with a message
+that names the bug, and the student release fails with "not implemented yet".
+
+Wrong implementations are subclasses of the instructor's class (notebook 05) whose methods are
+rebuilt by the small factories below with exactly one mistake switched on.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import solution
+from student_release import release_definition
+
+from paged_helpers.checks import NotImplementedYet, check_prefix_cache
+
+NOTEBOOK = "05_prefix_caching"
+
+
+def whole_prefix(tokens, end, size):
+    return tuple(tokens[:end])
+
+
+def block_text(tokens, end, size):
+    return tuple(tokens[end - size : end])
+
+
+def position_and_text(tokens, end, size):
+    return (end // size, tuple(tokens[end - size : end]))
+
+
+def make_attach(key=whole_prefix, keep_last_token=True, touch=True, share=True):
+    def attach(self, seq, prompt):
+        self.cache.create(seq)
+        size, reused = self.cache.block_size, 0
+        limit = len(prompt) - 1 if keep_last_token else len(prompt)
+        while reused + size <= limit:
+            entry = key(prompt, reused + size, size)
+            block = self.entries.get(entry)
+            if block is None:
+                break
+            if touch:
+                self.entries.move_to_end(entry)
+            if share:
+                self.cache.allocator.share(block)
+            self.cache.tables[seq].append(block)
+            reused += size
+        self.cache.lengths[seq] = reused
+        return reused
+
+    return attach
+
+
+def make_remember(key=whole_prefix, full_only=True, share=True, skip_cached=True):
+    def remember(self, seq, tokens):
+        size = self.cache.block_size
+        count = len(tokens) // size if full_only else -(-len(tokens) // size)
+        for index in range(count):
+            entry = key(tokens, (index + 1) * size, size)
+            if skip_cached and entry in self.entries:
+                continue
+            block = self.cache.tables[seq][index]
+            if share:
+                self.cache.allocator.share(block)
+            self.entries[entry] = block
+
+    return remember
+
+
+def make_evict(only_unused=True, stop_when_enough=True):
+    def evict(self, blocks_wanted):
+        for entry in list(self.entries):
+            if stop_when_enough and self.cache.allocator.num_free >= blocks_wanted:
+                break
+            block = self.entries[entry]
+            if self.cache.allocator.refs[block] == 1 or not only_unused:
+                del self.entries[entry]
+                self.cache.allocator.release(block)
+
+    return evict
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "PrefixCache"), solution(NOTEBOOK, "PagedKVCache")
+
+
+def variant(right, name, **methods):
+    return type(name, (right[0],), methods)
+
+
+WRONG = {
+    "key_without_history": dict(attach=make_attach(key=block_text), remember=make_remember(key=block_text)),
+    "key_by_position": dict(
+        attach=make_attach(key=position_and_text), remember=make_remember(key=position_and_text)
+    ),
+    "last_token_reused": dict(attach=make_attach(keep_last_token=False)),
+    "evicts_block_in_use": dict(evict=make_evict(only_unused=False)),
+    "remember_publishes_partial": dict(remember=make_remember(full_only=False)),
+    "no_lru_touch": dict(attach=make_attach(touch=False)),
+    "no_own_reference": dict(remember=make_remember(share=False)),
+    "attach_without_share": dict(attach=make_attach(share=False)),
+    "remember_shares_again": dict(remember=make_remember(skip_cached=False)),
+    "evicts_everything": dict(evict=make_evict(stop_when_enough=False)),
+}
+
+MESSAGES = {
+    "key_without_history": ["holds the keys of C", "whole token prefix"],
+    "key_by_position": ["holds the keys of D", "whole token prefix"],
+    "last_token_reused": ["8 prompt tokens reused", "got:      12", "leave at least one prompt token"],
+    "evicts_block_in_use": ["in use, so not evictable", "skip blocks that someone else uses"],
+    "remember_publishes_partial": ["holds 2 of 4 tokens", "full blocks only"],
+    "no_lru_touch": ["least recently used", "move_to_end"],
+    "no_own_reference": ["the prefix cache's own reference", "remember must share()"],
+    "attach_without_share": ["attach must share() each reused block"],
+    "remember_shares_again": ["must not take a second reference"],
+    "evicts_everything": ["exactly one cached block dropped", "then stops"],
+}
+
+
+def test_every_wrong_implementation_has_expected_words():
+    assert set(WRONG) == set(MESSAGES)
+
+
+def test_right_implementation_passes(right):
+    for seed in (0, 1, 2026):
+        check_prefix_cache(*right, seed=seed)
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_check_names_the_bug(bug, right, failing_message):
+    wrong = variant(right, bug, **WRONG[bug])
+    message = failing_message(check_prefix_cache, wrong, right[1])
+    for words in MESSAGES[bug]:
+        assert words in message, f"{bug}: {words!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+def test_release_says_not_implemented_yet(tmp_path, right):
+    finished = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write")
+    released = release_definition(tmp_path, NOTEBOOK, "PrefixCache", finished=finished)
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_prefix_cache(released, right[1])

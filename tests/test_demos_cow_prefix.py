@@ -1,0 +1,120 @@
+"""`python run.py cow` and `python run.py prefix`: the chapter's figures, from the classes in --impl DIR."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import nbformat
+import pytest
+from conftest import NOTEBOOKS, solution
+from nbformat.v4 import new_code_cell, new_notebook
+
+import run
+from paged_helpers.demos.copy_on_write import fork_block_counts
+from paged_helpers.demos.prefix import shared_prompt_run
+
+COW_FIGURE = {
+    "parent_blocks": 3,
+    "new_blocks_after_4_forks": 0,
+    "new_blocks_after_each_sample_writes_a_token": 4,
+}
+PREFIX_FIGURE = {
+    "prompt_tokens": 832,
+    "tokens_prefilled": 160,
+    "blocks_in_use": 14,
+    "blocks_without_sharing": 56,
+}
+
+
+def run_demo(capsys, *argv):
+    assert run.main(list(argv)) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    return json.loads(out.out)
+
+
+def test_run_cow_prints_the_chapters_figure(capsys):
+    assert run_demo(capsys, "cow") == COW_FIGURE
+
+
+def test_run_prefix_prints_the_chapters_figure(capsys):
+    assert run_demo(capsys, "prefix") == PREFIX_FIGURE
+
+
+def test_cow_counts_follow_the_arguments():
+    cache = solution("04_fork_and_copy_on_write", "PagedKVCache")
+    # A prompt of whole blocks: nothing to copy, but each sample still needs a fresh block.
+    assert fork_block_counts(cache, prompt_tokens=32, block_size=16, forks=2) == {
+        "parent_blocks": 2,
+        "new_blocks_after_2_forks": 0,
+        "new_blocks_after_each_sample_writes_a_token": 2,
+    }
+
+
+def test_cow_demo_measures_the_class_it_is_given():
+    right = solution("04_fork_and_copy_on_write", "PagedKVCache")
+    notebook_03 = right.__bases__[0]
+    no_copy = type(
+        "NoCopyOnWrite", (right,), {"reserve": lambda self, seq, n: notebook_03.reserve(self, seq, n)}
+    )
+    assert fork_block_counts(no_copy)["new_blocks_after_each_sample_writes_a_token"] == 0
+
+
+def test_prefix_run_keeps_the_caches_for_the_widget():
+    result = shared_prompt_run(
+        solution("05_prefix_caching", "PrefixCache"), solution("05_prefix_caching", "PagedKVCache")
+    )
+    assert result.figures == PREFIX_FIGURE
+    assert len(result.prefix_cache.entries) == 6  # the system prompt's six full blocks
+    assert result.prefix_cache.cache is result.cache
+
+
+@pytest.fixture
+def impl_without_sharing(tmp_path):
+    """A learner's folder whose PrefixCache never reuses anything (notebooks 02-04 are the course's)."""
+    for earlier in ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write"):
+        shutil.copy(NOTEBOOKS / f"{earlier}.ipynb", tmp_path)
+    source = (
+        "class PrefixCache:\n"
+        "    def __init__(self, cache):\n"
+        "        self.cache = cache\n"
+        "    def attach(self, seq, prompt):\n"
+        "        self.cache.create(seq)\n"
+        "        return 0\n"
+        "    def remember(self, seq, tokens):\n"
+        "        pass\n"
+        "    def evict(self, blocks_wanted):\n"
+        "        pass\n"
+    )
+    nbformat.write(new_notebook(cells=[new_code_cell(source)]), tmp_path / "05_prefix_caching.ipynb")
+    return tmp_path
+
+
+def test_impl_folder_supplies_the_classes(capsys, impl_without_sharing):
+    figures = run_demo(capsys, "prefix", "--impl", str(impl_without_sharing))
+    assert figures == {**PREFIX_FIGURE, "tokens_prefilled": 832, "blocks_in_use": 56}
+    assert run_demo(capsys, "cow", "--impl", str(impl_without_sharing)) == COW_FIGURE
+
+
+def test_missing_impl_folder_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="no such folder"):
+        run.main(["cow", "--impl", str(tmp_path / "nowhere")])
+
+
+def test_lookup_timing_and_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from paged_helpers.plots import prefix_lookup
+
+    def make(prompt):
+        return lambda: len(prompt)
+
+    seconds = prefix_lookup.time_lookups({"length": make}, [16, 64])
+    assert list(seconds) == ["length"] and len(seconds["length"]) == 2
+    assert all(s >= 0 for s in seconds["length"])
+    figure = prefix_lookup.plot_lookup_times([16, 64], seconds)
+    assert figure.axes[0].get_xscale() == "log"
+    with pytest.raises(ValueError, match="lengths"):
+        prefix_lookup.time_lookups({"length": make}, [])
