@@ -1,0 +1,317 @@
+"""check_block_allocator: a free list plus reference counts (notebook 02).
+
+The learner writes ``BlockAllocator(num_blocks)`` with ``free`` (the free block ids),
+``refs`` (one count per block: how many tables or caches point at it), ``allocate()``,
+``share(block)``, ``release(block)`` and the property ``num_free``.
+
+Invariants checked after every step: a block is in ``free`` exactly when its count is 0, and
+then exactly once; ``num_free == len(free)``; allocated and free blocks add up to the pool.
+Scenarios: a fresh pool, allocation until exhaustion (MemoryError, nothing changed), a shared
+block released once (must stay in use), a double free (RuntimeError, nothing changed), reuse of
+released blocks, and a seeded random walk of allocations, shares and releases compared
+against exact counts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from .report import call_learner, check, fail
+
+__all__ = ["check_block_allocator"]
+
+
+def _state(allocator: object, scenario: str) -> tuple[list[int], list[int], int]:
+    """(free ids in order, refs, num_free), with a clear message when an attribute is missing."""
+    for name in ("free", "refs", "num_free"):
+        if not hasattr(allocator, name):
+            fail(
+                scenario,
+                f"an attribute `{name}`",
+                "no such attribute",
+                f"BlockAllocator needs `{name}` (see the table at the top of the notebook).",
+            )
+    return list(allocator.free), list(allocator.refs), allocator.num_free
+
+
+def _verify(allocator: object, expected_refs: list[int], scenario: str, lost_hint: str = "") -> None:
+    """The allocator's counts and free list agree exactly with ``expected_refs``.
+
+    ``lost_hint`` replaces the hint for free blocks missing from the free list (a fresh pool).
+    """
+    free, refs, num_free = _state(allocator, scenario)
+    if refs != expected_refs:
+        wrong = [b for b in range(len(expected_refs)) if b >= len(refs) or refs[b] != expected_refs[b]]
+        block = wrong[0]
+        got = refs[block] if block < len(refs) else "missing"
+        fail(
+            f"{scenario}: the reference count of block {block}",
+            expected_refs[block],
+            got,
+            _refs_hint(expected_refs[block], got),
+        )
+    duplicates = sorted(b for b, n in Counter(free).items() if n > 1)
+    if duplicates:
+        fail(
+            f"{scenario}: the free list",
+            "each free block exactly once",
+            f"free = {free}",
+            f"block(s) {duplicates} are on the free list more than once, so allocate() would hand them "
+            "to two tables at once. A block goes back to the free list only on the release that "
+            "brings it to 0.",
+        )
+    should_be_free = sorted(b for b, count in enumerate(expected_refs) if count == 0)
+    if sorted(free) != should_be_free:
+        in_use_but_free = sorted(set(free) - set(should_be_free))
+        lost = sorted(set(should_be_free) - set(free))
+        if in_use_but_free:
+            hint = (
+                f"block(s) {in_use_but_free} are on the free list but still referenced (counts "
+                f"{[expected_refs[b] for b in in_use_but_free]}): release() must return a block only "
+                "when its count reaches 0, and allocate() must take the block off the free list."
+            )
+        else:
+            hint = (
+                f"block(s) {lost} have count 0 but are not on the free list: they are lost for good "
+                "(a leak). The release that brings a count to 0 must append the block to `free`."
+            )
+            hint = lost_hint or hint
+        fail(f"{scenario}: the free block ids", should_be_free, sorted(free), hint)
+    if num_free != len(should_be_free):
+        fail(
+            f"{scenario}: num_free",
+            len(should_be_free),
+            num_free,
+            "num_free is the number of free blocks: len(self.free).",
+        )
+
+
+def _refs_hint(expected: int, got: object) -> str:
+    if expected == 1 and got == 0:
+        return "allocate() must set the new block's count to 1: the table that asked for it points at it."
+    if isinstance(got, int) and got < 0:
+        return (
+            "a count went below 0: release() of a block whose count is already 0 must raise RuntimeError "
+            "before changing anything."
+        )
+    if isinstance(got, int) and got < expected:
+        return "share(block) means one more table points at the block: add 1 to its count."
+    return (
+        "refs[block] counts the tables (and caches) pointing at the block: "
+        "+1 on allocate/share, -1 on release."
+    )
+
+
+def _new(allocator_class: type, num_blocks: int, scenario: str) -> object:
+    return call_learner(f"BlockAllocator({num_blocks})", allocator_class, num_blocks, scenario=scenario)
+
+
+def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
+    block = call_learner("allocate()", allocator.allocate, scenario=scenario)
+    if not isinstance(block, int) or not 0 <= block < len(refs):
+        fail(
+            f"{scenario}: the id allocate() returned",
+            f"a block id in 0..{len(refs) - 1}",
+            repr(block),
+            "allocate() returns the id of the block it took from the free list.",
+        )
+    if refs[block] != 0:
+        fail(
+            f"{scenario}: allocate() returned block {block}",
+            "a free block (count 0)",
+            f"block {block}, which is already in use (count {refs[block]})",
+            "allocate() must take the block off the free list (popleft), so it is never handed out twice.",
+        )
+    if block in list(allocator.free):
+        fail(
+            f"{scenario}: allocate() returned block {block}",
+            f"block {block} taken off the free list",
+            f"block {block} still on the free list {list(allocator.free)}",
+            "allocate() must take the block off the free list (popleft), or it will be handed out again.",
+        )
+    refs[block] = 1
+    return block
+
+
+def _expect_error(
+    allocator: object,
+    method: str,
+    block: int | None,
+    error_type: type,
+    refs: list[int],
+    scenario: str,
+    hint: str,
+) -> None:
+    """The call raises ``error_type`` and leaves the allocator exactly as it was."""
+    args = () if block is None else (block,)
+    call = f"{method}({'' if block is None else block})"
+    try:
+        getattr(allocator, method)(*args)
+    except error_type:
+        pass
+    except NotImplementedError:
+        call_learner(call, getattr(allocator, method), *args)
+    except Exception as error:
+        fail(scenario, f"{error_type.__name__} from {call}", f"{type(error).__name__}: {error}", hint)
+    else:
+        fail(scenario, f"{error_type.__name__} from {call}", "no exception", hint)
+    _verify(allocator, refs, f"{scenario}, after the refused {call}")
+
+
+def _basic_scenarios(allocator_class: type) -> None:
+    scenario = "a fresh pool of 6 blocks"
+    allocator = _new(allocator_class, 6, scenario)
+    refs = [0] * 6
+    _verify(
+        allocator,
+        refs,
+        scenario,
+        lost_hint=(
+            "a new pool starts with every block free: free = deque(range(num_blocks)), "
+            "refs = [0] * num_blocks."
+        ),
+    )
+
+    handed_out = []
+    for step in range(6):
+        scenario = f"a pool of 6 blocks, allocation {step + 1} of 6"
+        handed_out.append(_allocate(allocator, refs, scenario))
+        _verify(allocator, refs, scenario)
+    _expect_error(
+        allocator,
+        "allocate",
+        None,
+        MemoryError,
+        refs,
+        "a pool of 6 blocks with all 6 in use",
+        "an empty free list means the pool is exhausted: raise MemoryError (the exception a scheduler "
+        "catches to wait or preempt), and change nothing.",
+    )
+
+    scenario = "a pool of 6 blocks, all in use: release 2 blocks and allocate again"
+    for block in handed_out[:2]:
+        call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+        refs[block] -= 1
+    _verify(allocator, refs, scenario)
+    reused = {_allocate(allocator, refs, scenario) for _ in range(2)}
+    if reused != set(handed_out[:2]):
+        fail(
+            scenario,
+            f"the released blocks {sorted(handed_out[:2])} handed out again",
+            sorted(reused),
+            "released blocks go back on the free list and are the only ones allocate() can hand out.",
+        )
+    _verify(allocator, refs, scenario)
+
+
+def _sharing_scenarios(allocator_class: type) -> None:
+    allocator = _new(allocator_class, 4, "sharing a block")
+    refs = [0] * 4
+    block = _allocate(allocator, refs, "sharing a block")
+    other = _allocate(allocator, refs, "sharing a block")
+
+    scenario = f"block {block} allocated, then share({block}) (a fork: two tables point at it)"
+    call_learner(f"share({block})", allocator.share, block, scenario=scenario)
+    refs[block] += 1
+    _verify(allocator, refs, scenario)
+
+    scenario = (
+        f"block {block} shared by two tables, then release({block}) once (one table still points at it)"
+    )
+    call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+    refs[block] -= 1
+    _verify(allocator, refs, scenario)
+
+    scenario = f"block {block} shared by two tables, released twice (nobody points at it any more)"
+    call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+    refs[block] -= 1
+    _verify(allocator, refs, scenario)
+
+    _expect_error(
+        allocator,
+        "release",
+        block,
+        RuntimeError,
+        refs,
+        f"block {block} is already free (count 0), then release({block}) again: a double free",
+        "releasing a block whose count is already 0 is a bug in the caller: raise RuntimeError "
+        "before changing anything (the count must stay 0, the block on the free list once).",
+    )
+    never_used = next(b for b in range(4) if refs[b] == 0 and b != block)
+    _expect_error(
+        allocator,
+        "release",
+        never_used,
+        RuntimeError,
+        refs,
+        f"release({never_used}) of a block that was never allocated",
+        "a block with count 0 has no table to let go of it: raise RuntimeError and change nothing.",
+    )
+    _expect_error(
+        allocator,
+        "share",
+        never_used,
+        RuntimeError,
+        refs,
+        f"share({never_used}) of a free block (count 0, on the free list)",
+        "nobody points at a free block, so nobody can share it; counting it would leave a block with "
+        "count 1 on the free list, which allocate() then hands to another table. Raise RuntimeError.",
+    )
+    call_learner(f"release({other})", allocator.release, other, scenario="releasing the last block in use")
+    refs[other] -= 1
+    _verify(allocator, refs, "every block released: the whole pool must be free")
+
+
+def _random_walk(allocator_class: type, seed: int) -> None:
+    """Seeded allocations, shares and releases; the counts must match exactly after every step."""
+    rng = random.Random(seed)
+    num_blocks = rng.randint(5, 12)
+    allocator = _new(
+        allocator_class, num_blocks, f"a random walk on a pool of {num_blocks} blocks (seed {seed})"
+    )
+    refs = [0] * num_blocks
+    history: list[str] = []
+    for _ in range(200):
+        in_use = [b for b in range(num_blocks) if refs[b] > 0]
+        move = rng.choice(["allocate", "allocate", "share", "release", "release"])
+        if move == "allocate" and refs.count(0) == 0:
+            move = "exhausted"
+        if move in ("share", "release") and not in_use:
+            move = "allocate"
+        scenario = (
+            f"a random walk on a pool of {num_blocks} blocks (seed {seed}), after: {', '.join(history[-6:])}"
+        )
+        if move == "allocate":
+            block = _allocate(allocator, refs, scenario)
+            history.append(f"allocate() -> {block}")
+        elif move == "exhausted":
+            history.append("allocate() on an exhausted pool")
+            _expect_error(
+                allocator,
+                "allocate",
+                None,
+                MemoryError,
+                refs,
+                scenario,
+                "every block is in use: raise MemoryError and change nothing.",
+            )
+            continue
+        else:
+            block = rng.choice(in_use)
+            history.append(f"{move}({block})")
+            call_learner(f"{move}({block})", getattr(allocator, move), block, scenario=scenario)
+            refs[block] += 1 if move == "share" else -1
+        _verify(
+            allocator,
+            refs,
+            f"a random walk on a pool of {num_blocks} blocks (seed {seed}), after: {', '.join(history[-6:])}",
+        )
+
+
+@check
+def check_block_allocator(BlockAllocator: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
+    """Exact reference counts and free list through allocation, sharing, release and exhaustion."""
+    _basic_scenarios(BlockAllocator)
+    _sharing_scenarios(BlockAllocator)
+    _random_walk(BlockAllocator, seed)

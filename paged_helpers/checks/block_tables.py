@@ -1,0 +1,144 @@
+"""check_physical_slot: where logical position p of a sequence lives in the block pool (notebook 01).
+
+The learner writes ``physical_slot(table, position, block_size) -> (physical_block, offset)``:
+position p is in physical block ``table[p // block_size]`` at offset ``p % block_size``. The
+check covers the chapter's example, every position of seeded scrambled (non-contiguous,
+out-of-order) tables for several block sizes, positions exactly on block boundaries, and bad
+positions that must raise instead of returning a plausible wrong slot.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from collections.abc import Callable
+
+from .report import CheckFailed, NotImplementedYet, call_learner, check, fail
+
+__all__ = ["check_physical_slot"]
+
+
+def _as_slot(result: object) -> tuple[int, int] | None:
+    """The learner's answer as (block, offset) of ints, or None when it is not a pair of integers."""
+    try:
+        block, offset = result  # type: ignore[misc]
+        return operator.index(block), operator.index(offset)
+    except (TypeError, ValueError):
+        return None
+
+
+def _diagnose(table: list[int], position: int, block_size: int, got: tuple[int, int]) -> str:
+    """A hint naming the likely bug, from the shape of the wrong answer."""
+    logical, offset = divmod(position, block_size)
+    expected = (table[logical], offset)
+    block, got_offset = got
+    if got == (expected[1], expected[0]):
+        return "the pair is in the wrong order: return (physical_block, offset)."
+    if block != expected[0]:
+        if position < len(table) and block == table[position]:
+            return (
+                f"the block was looked up as table[position] = table[{position}]; the table has one entry "
+                f"per block, not per token: use table[position // block_size] = table[{logical}]."
+            )
+        if block == logical and table[logical] != logical:
+            return (
+                f"{block} is the *logical* block (position // block_size); the data lives in the "
+                f"physical block the table maps it to: table[{logical}] = {table[logical]}."
+            )
+        neighbours = {table[i] for i in (logical - 1, logical + 1) if 0 <= i < len(table)}
+        if block in neighbours:
+            return (
+                f"off by one block: position {position} is {'the first' if offset == 0 else 'a'} slot of "
+                f"logical block {position} // {block_size} = {logical} (positions {logical * block_size}.."
+                f"{logical * block_size + block_size - 1}). Use floor division, position // block_size."
+            )
+        return f"the physical block is table[position // block_size] = table[{logical}] = {table[logical]}."
+    if got_offset == logical:
+        return (
+            "the offset was computed as position // block_size; "
+            "the offset inside the block is position % block_size."
+        )
+    return (
+        f"the block is right but the offset is not: the offset inside a block is position % block_size = "
+        f"{position} % {block_size} = {offset} (a different divisor, such as len(table), gives {got_offset})."
+    )
+
+
+def _scrambled_table(rng: random.Random, blocks: int, pool: int) -> list[int]:
+    """``blocks`` distinct physical ids from a pool of ``pool``, neither contiguous nor in order."""
+    while True:
+        table = rng.sample(range(pool), blocks)
+        if any(table[i] + 1 != table[i + 1] for i in range(blocks - 1)) and table != list(range(blocks)):
+            return table
+
+
+def _expect_slot(physical_slot: Callable, table: list[int], position: int, block_size: int, why: str) -> None:
+    scenario = f"physical_slot(table={table}, position={position}, block_size={block_size}) ({why})"
+    try:
+        result = call_learner(
+            "physical_slot", physical_slot, list(table), position, block_size, scenario=scenario
+        )
+    except NotImplementedYet:
+        raise
+    except CheckFailed as error:
+        if isinstance(error.__cause__, IndexError):
+            raise CheckFailed(
+                f"{error}\n  likely cause: the table has {len(table)} entries, one per block, so the index "
+                f"into it must be position // block_size = {position // block_size}, not the position itself."
+            ) from error.__cause__
+        raise
+    expected = (table[position // block_size], position % block_size)
+    got = _as_slot(result)
+    if got is None:
+        fail(scenario, expected, repr(result), "return a pair of integers: (physical_block, offset).")
+    if got != expected:
+        fail(scenario, expected, got, _diagnose(table, position, block_size, got))
+
+
+def _expect_refused(
+    physical_slot: Callable, table: list[int], position: int, block_size: int, why: str
+) -> None:
+    scenario = f"physical_slot(table={table}, position={position}, block_size={block_size}) ({why})"
+    try:
+        result = physical_slot(list(table), position, block_size)
+    except NotImplementedError:
+        call_learner("physical_slot", physical_slot, list(table), position, block_size)
+    except (ValueError, IndexError):
+        return
+    except Exception as error:
+        fail(
+            scenario,
+            "ValueError naming `position`",
+            f"{type(error).__name__}: {error}",
+            "check the position before using it, and raise ValueError when it has no slot.",
+        )
+    else:
+        hint = (
+            "Python accepts negative indexes, so table[-1] silently returns the last block: test "
+            "0 <= position < len(table) * block_size yourself and raise ValueError."
+            if position < 0
+            else "this position is past the last block of the table: raise ValueError (a plain table[...] "
+            "would raise IndexError, which is acceptable too)."
+        )
+        fail(scenario, "ValueError naming `position`", f"returned {result!r}", hint)
+
+
+@check
+def check_physical_slot(physical_slot: Callable, *, seed: int = 0) -> None:
+    """physical_slot(table, position, block_size) == (table[position // block_size], position % block_size).
+
+    ``seed`` varies the scrambled tables (hidden tests use another seed).
+    """
+    # The chapter's example first: the message is easiest to follow there.
+    _expect_slot(physical_slot, [5, 1, 7], 9, 4, "the chapter's example")
+    _expect_slot(physical_slot, [5, 1, 7], 0, 4, "the first position")
+    _expect_slot(physical_slot, [5, 1, 7], 8, 4, "the first position of logical block 2: on a block boundary")
+    _expect_slot(physical_slot, [5, 1, 7], 7, 4, "the last slot of logical block 1, just before a boundary")
+    _expect_slot(physical_slot, [5, 1, 7], 11, 4, "the last slot of the last block")
+    rng = random.Random(seed)
+    for block_size in (1, 3, 4, 16):
+        table = _scrambled_table(rng, blocks=rng.randint(3, 6), pool=64)
+        for position in range(len(table) * block_size):
+            _expect_slot(physical_slot, table, position, block_size, "a scrambled table")
+    _expect_refused(physical_slot, [5, 1, 7], -1, 4, "a negative position")
+    _expect_refused(physical_slot, [5, 1, 7], 12, 4, "one past the last slot of the table")

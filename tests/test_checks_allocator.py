@@ -1,0 +1,185 @@
+"""check_block_allocator: the instructor's allocator passes; realistic wrong ones fail with a message
+that names the bug; the student release fails with "not implemented yet".
+
+Each wrong allocator is a small subclass of the instructor's (notebook 02) that changes one thing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import pytest
+from conftest import solution
+from student_release import release_definition
+
+from paged_helpers.checks import NotImplementedYet, check_block_allocator
+
+NOTEBOOK = "02_block_allocator"
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "BlockAllocator")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2026])
+def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
+    start = time.perf_counter()
+    check_block_allocator(right, seed=seed)
+    assert time.perf_counter() - start < 2
+    assert capsys.readouterr().err == ""
+
+
+def frees_on_any_release(base):
+    class Allocator(base):
+        def release(self, block):
+            self.refs[block] -= 1
+            self.free.append(block)
+
+    return Allocator
+
+
+def release_past_zero_is_silent(base):
+    class Allocator(base):
+        def release(self, block):
+            if self.refs[block] == 0:
+                return
+            super().release(block)
+
+    return Allocator
+
+
+def release_past_zero_raises_after_decrementing(base):
+    """The chapter's order: decrement first, then notice the count went negative."""
+
+    class Allocator(base):
+        def release(self, block):
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                self.free.append(block)
+            elif self.refs[block] < 0:
+                raise RuntimeError(f"Block {block} released more times than it was referenced")
+
+    return Allocator
+
+
+def release_past_zero_frees_again(base):
+    class Allocator(base):
+        def release(self, block):
+            self.refs[block] = max(self.refs[block] - 1, 0)
+            if self.refs[block] == 0:
+                self.free.append(block)
+
+    return Allocator
+
+
+def share_does_not_increment(base):
+    class Allocator(base):
+        def share(self, block):
+            pass
+
+    return Allocator
+
+
+def share_accepts_a_free_block(base):
+    """The chapter's one-line share: counts any block, even one on the free list."""
+
+    class Allocator(base):
+        def share(self, block):
+            self.refs[block] += 1
+
+    return Allocator
+
+
+def allocate_leaves_the_count_at_zero(base):
+    class Allocator(base):
+        def allocate(self):
+            if not self.free:
+                raise MemoryError("KV block pool exhausted")
+            return self.free.popleft()
+
+    return Allocator
+
+
+def allocate_does_not_raise_memory_error(base):
+    class Allocator(base):
+        def allocate(self):
+            block = self.free.popleft()  # IndexError on an empty deque
+            self.refs[block] = 1
+            return block
+
+    return Allocator
+
+
+def allocate_does_not_take_the_block(base):
+    class Allocator(base):
+        def allocate(self):
+            if not self.free:
+                raise MemoryError("KV block pool exhausted")
+            block = self.free[0]
+            self.refs[block] = 1
+            return block
+
+    return Allocator
+
+
+def num_free_counts_the_pool(base):
+    class Allocator(base):
+        @property
+        def num_free(self):
+            return len(self.refs)
+
+    return Allocator
+
+
+def pool_one_block_short(base):
+    class Allocator(base):
+        def __init__(self, num_blocks):
+            super().__init__(num_blocks)
+            self.free = deque(range(num_blocks - 1))
+
+    return Allocator
+
+
+WRONG = {
+    frees_on_any_release: ["free list but still referenced", "only when its count reaches 0"],
+    release_past_zero_is_silent: ["double free", "expected: RuntimeError", "no exception"],
+    release_past_zero_raises_after_decrementing: ["double free", "went below 0", "before changing anything"],
+    release_past_zero_frees_again: ["double free", "RuntimeError"],
+    share_does_not_increment: ["share(", "add 1 to its count"],
+    share_accepts_a_free_block: ["share(", "of a free block", "RuntimeError"],
+    allocate_leaves_the_count_at_zero: ["allocate() must set the new block's count to 1"],
+    allocate_does_not_raise_memory_error: ["MemoryError", "IndexError"],
+    allocate_does_not_take_the_block: [
+        "allocation 1 of 6",
+        "allocate() must take the block off the free list",
+    ],
+    num_free_counts_the_pool: ["num_free", "len(self.free)"],
+    pool_one_block_short: ["a fresh pool of 6 blocks", "deque(range(num_blocks))"],
+}
+
+
+@pytest.mark.parametrize("make_wrong", list(WRONG), ids=lambda f: f.__name__)
+def test_a_wrong_allocator_fails_with_a_message_naming_the_bug(right, make_wrong, failing_message):
+    message = failing_message(check_block_allocator, make_wrong(right))
+    for phrase in WRONG[make_wrong]:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+
+
+def test_the_student_release_says_not_implemented_yet(tmp_path):
+    allocator_class = release_definition(tmp_path, NOTEBOOK, "BlockAllocator")
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_block_allocator(allocator_class)
+
+
+def test_the_solution_refuses_bad_input_without_losing_anything(right):
+    """The notebook's promise: a refused call changes nothing."""
+    allocator = right(3)
+    block = allocator.allocate()
+    for bad in (-1, 3, "0"):
+        with pytest.raises(ValueError, match="block must be an id"):
+            allocator.release(bad)
+    with pytest.raises(RuntimeError):
+        allocator.share(2)
+    assert allocator.refs == [1, 0, 0] and list(allocator.free) == [1, 2] and block == 0

@@ -1,0 +1,93 @@
+"""check_physical_slot: the instructor's function passes; realistic wrong ones fail with a message
+that names the bug; the student release fails with "not implemented yet".
+
+Each wrong version is one plausible slip in the one line notebook 01 asks for.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import solution
+from student_release import release_definition
+
+from paged_helpers.checks import NotImplementedYet, check_physical_slot
+
+NOTEBOOK = "01_block_tables"
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "physical_slot")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2026])
+def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
+    start = time.perf_counter()
+    check_physical_slot(right, seed=seed)
+    assert time.perf_counter() - start < 2
+    assert capsys.readouterr().err == ""
+
+
+def table_indexed_by_position(table, position, block_size):
+    return table[position], position % block_size
+
+
+def logical_block_instead_of_physical(table, position, block_size):
+    return position // block_size, position % block_size
+
+
+def pair_in_the_wrong_order(table, position, block_size):
+    return position % block_size, table[position // block_size]
+
+
+def offset_by_floor_division(table, position, block_size):
+    return table[position // block_size], position // block_size
+
+
+def offset_with_the_wrong_divisor(table, position, block_size):
+    return table[position // block_size], position % len(table)
+
+
+def off_by_one_at_the_boundary(table, position, block_size):
+    return table[max(position - 1, 0) // block_size], position % block_size
+
+
+def rounds_up_instead_of_down(table, position, block_size):
+    return table[min(-(-position // block_size), len(table) - 1)], position % block_size
+
+
+def the_chapter_line_without_bounds(table, position, block_size):
+    return table[position // block_size], position % block_size
+
+
+def returns_a_string(table, position, block_size):
+    return f"{table[position // block_size]}:{position % block_size}"
+
+
+WRONG = {
+    table_indexed_by_position: ["one per block", "position // block_size"],
+    logical_block_instead_of_physical: ["*logical* block", "table[2] = 7"],
+    pair_in_the_wrong_order: ["wrong order"],
+    offset_by_floor_division: ["offset was computed as position // block_size"],
+    offset_with_the_wrong_divisor: ["offset is not", "different divisor"],
+    off_by_one_at_the_boundary: ["off by one block", "boundary"],
+    rounds_up_instead_of_down: ["off by one block", "floor division"],
+    the_chapter_line_without_bounds: ["negative position", "table[-1]"],
+    returns_a_string: ["pair of integers"],
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG), ids=lambda f: f.__name__)
+def test_a_wrong_function_fails_with_a_message_naming_the_bug(wrong, failing_message):
+    message = failing_message(check_physical_slot, wrong)
+    for phrase in WRONG[wrong]:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+    assert "expected" in message or "likely cause" in message
+
+
+def test_the_student_release_says_not_implemented_yet(tmp_path):
+    physical_slot = release_definition(tmp_path, NOTEBOOK, "physical_slot")
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_physical_slot(physical_slot)

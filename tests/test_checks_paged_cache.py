@@ -1,0 +1,364 @@
+"""check_paged_kv_cache: the instructor's cache passes; realistic wrong ones fail with a message that
+names the bug; the student release fails with "not implemented yet".
+
+Each wrong cache is a small subclass of the instructor's (notebook 03) that changes one method
+the way a learner's slip would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import solution
+from student_release import release_definition
+
+from paged_helpers.checks import NotImplementedYet, check_paged_kv_cache
+
+NOTEBOOK = "03_paged_kv_cache"
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "PagedKVCache")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2026])
+def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
+    start = time.perf_counter()
+    check_paged_kv_cache(right, seed=seed)
+    assert time.perf_counter() - start < 10
+    assert capsys.readouterr().err == ""
+
+
+def write_and_gather(cache, layer, k, v, positions, blocks, offsets, gather=None):
+    """The second half of update with the write location given: used to build wrong updates."""
+    cache.k_pool[layer][blocks, :, offsets] = k.transpose(1, 2)
+    cache.v_pool[layer][blocks, :, offsets] = v.transpose(1, 2)
+    if layer == len(cache.k_pool) - 1:
+        for row, seq in enumerate(cache.batch):
+            cache.lengths[seq] = max(cache.lengths[seq], int(positions[row].max()) + 1)
+    span = int(positions.max()) + 1
+    logical = torch.arange(span, device=k.device)
+    gather_blocks = cache.table_tensor[:, logical // cache.block_size] if gather is None else gather(logical)
+    keys = cache.k_pool[layer][gather_blocks, :, logical % cache.block_size]
+    values = cache.v_pool[layer][gather_blocks, :, logical % cache.block_size]
+    return keys.transpose(1, 2), values.transpose(1, 2), logical
+
+
+def rows_of(k):
+    return torch.arange(k.shape[0])[:, None]
+
+
+# --------------------------------------------------------------------------- the wrong caches
+
+
+def blocks_needed_rounds_down(base):
+    class Cache(base):
+        def blocks_needed(self, tokens):
+            return tokens // self.block_size
+
+    return Cache
+
+
+def blocks_needed_one_too_many_on_a_boundary(base):
+    class Cache(base):
+        def blocks_needed(self, tokens):
+            return tokens // self.block_size + 1
+
+    return Cache
+
+
+def reserve_appends_on_top(base):
+    class Cache(base):
+        def reserve(self, seq, new_tokens):
+            for _ in range(self.blocks_needed(new_tokens)):
+                self.tables[seq].append(self.allocator.allocate())
+
+    return Cache
+
+
+def reserve_keeps_half_reserved_blocks(base):
+    class Cache(base):
+        def reserve(self, seq, new_tokens):
+            table = self.tables[seq]
+            while len(table) < self.blocks_needed(self.lengths[seq] + new_tokens):
+                table.append(self.allocator.allocate())
+
+    return Cache
+
+
+def reserve_silently_gives_up(base):
+    class Cache(base):
+        def reserve(self, seq, new_tokens):
+            if self.blocks_to_add(seq, new_tokens) > self.allocator.num_free:
+                return
+            super().reserve(seq, new_tokens)
+
+    return Cache
+
+
+def reserve_refuses_an_exact_fit(base):
+    class Cache(base):
+        def reserve(self, seq, new_tokens):
+            missing = self.blocks_to_add(seq, new_tokens)
+            if missing and missing >= self.allocator.num_free:
+                raise MemoryError("pool exhausted")
+            super().reserve(seq, new_tokens)
+
+    return Cache
+
+
+def update_indexes_the_table_by_position(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            blocks = self.table_tensor[rows_of(k), positions]
+            return write_and_gather(self, layer, k, v, positions, blocks, positions % self.block_size)
+
+    return Cache
+
+
+def update_ignores_the_block_table(base):
+    """Contiguous addressing: block p // block_size, as if each sequence owned blocks 0, 1, 2, ..."""
+
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            blocks = positions // self.block_size
+            return write_and_gather(
+                self,
+                layer,
+                k,
+                v,
+                positions,
+                blocks,
+                positions % self.block_size,
+                gather=lambda logical: (logical // self.block_size).expand(k.shape[0], -1),
+            )
+
+    return Cache
+
+
+def update_offset_with_the_wrong_divisor(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            blocks = self.table_tensor[rows_of(k), positions // self.block_size]
+            offsets = positions % self.k_pool[layer].shape[1]  # kv_heads, not block_size
+            return write_and_gather(self, layer, k, v, positions, blocks, offsets)
+
+    return Cache
+
+
+def update_uses_the_first_row_for_every_sequence(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            blocks = self.table_tensor[rows_of(k), positions // self.block_size]
+            return write_and_gather(
+                self,
+                layer,
+                k,
+                v,
+                positions,
+                blocks,
+                positions % self.block_size,
+                gather=lambda logical: self.table_tensor[:1, logical // self.block_size].expand(
+                    k.shape[0], -1
+                ),
+            )
+
+    return Cache
+
+
+def update_returns_only_the_new_tokens(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            super().update(layer, k, v, positions)
+            return k, v, positions[0]
+
+    return Cache
+
+
+def update_forgets_to_transpose_the_history(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            keys, values, key_positions = super().update(layer, k, v, positions)
+            return keys.transpose(1, 2), values.transpose(1, 2), key_positions
+
+    return Cache
+
+
+def lengths_never_committed(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            saved = dict(self.lengths)
+            reply = super().update(layer, k, v, positions)
+            self.lengths.update(saved)
+            return reply
+
+    return Cache
+
+
+def lengths_from_the_batch_maximum(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            reply = super().update(layer, k, v, positions)
+            if layer == len(self.k_pool) - 1:
+                for seq in self.batch:
+                    self.lengths[seq] = int(positions.max()) + 1
+            return reply
+
+    return Cache
+
+
+def lengths_counted_at_every_layer(base):
+    class Cache(base):
+        def update(self, layer, k, v, positions):
+            saved = dict(self.lengths)
+            reply = super().update(layer, k, v, positions)
+            self.lengths.update(saved)
+            for seq in self.batch:
+                self.lengths[seq] += positions.shape[-1]
+            return reply
+
+    return Cache
+
+
+def set_batch_pads_with_minus_one(base):
+    class Cache(base):
+        def set_batch(self, seqs):
+            self.batch = list(seqs)
+            width = max(len(self.tables[s]) for s in self.batch)
+            rows = [self.tables[s] + [-1] * (width - len(self.tables[s])) for s in self.batch]
+            self.table_tensor = torch.tensor(rows, dtype=torch.long)
+
+    return Cache
+
+
+def set_batch_width_of_the_first_table(base):
+    class Cache(base):
+        def set_batch(self, seqs):
+            self.batch = list(seqs)
+            width = len(self.tables[self.batch[0]])
+            rows = [(self.tables[s] + [0] * width)[:width] for s in self.batch]
+            self.table_tensor = torch.tensor(rows, dtype=torch.long)
+
+    return Cache
+
+
+def set_batch_rows_in_sorted_order(base):
+    class Cache(base):
+        def set_batch(self, seqs):
+            super().set_batch(sorted(seqs))
+            self.batch = list(seqs)
+
+    return Cache
+
+
+def truncate_keeps_a_block_past_the_boundary(base):
+    class Cache(base):
+        def truncate(self, seq, length):
+            keep = length // self.block_size + 1
+            for block in self.tables[seq][keep:]:
+                self.allocator.release(block)
+            del self.tables[seq][keep:]
+            self.lengths[seq] = length
+
+    return Cache
+
+
+def truncate_forgets_to_release(base):
+    class Cache(base):
+        def truncate(self, seq, length):
+            del self.tables[seq][self.blocks_needed(length) :]
+            self.lengths[seq] = length
+
+    return Cache
+
+
+def free_forgets_to_release(base):
+    class Cache(base):
+        def free(self, seq):
+            del self.tables[seq], self.lengths[seq]
+
+    return Cache
+
+
+def free_keeps_the_table(base):
+    class Cache(base):
+        def free(self, seq):
+            for block in self.tables[seq]:
+                self.allocator.release(block)
+            self.tables[seq] = []
+
+    return Cache
+
+
+def create_overwrites_an_existing_sequence(base):
+    class Cache(base):
+        def create(self, seq):
+            self.tables[seq], self.lengths[seq] = [], 0
+
+    return Cache
+
+
+WRONG = {
+    blocks_needed_rounds_down: ["blocks_needed(", "partial last block"],
+    blocks_needed_one_too_many_on_a_boundary: ["blocks_needed(4)", "exactly on a block boundary"],
+    reserve_appends_on_top: ["on top of the", "counting those the table already has"],
+    reserve_keeps_half_reserved_blocks: [
+        "exhaustion in the middle of a multi-block reserve",
+        "kept them",
+        "BEFORE allocating",
+    ],
+    reserve_silently_gives_up: ["expected: MemoryError", "no exception"],
+    reserve_refuses_an_exact_fit: ["raised MemoryError", "even exactly, must succeed", ">, not >="],
+    update_indexes_the_table_by_position: ["update(", "p // block_size"],
+    update_ignores_the_block_table: ["as if the cache were contiguous", "table["],
+    update_offset_with_the_wrong_divisor: ["right block, wrong offset", "position % block_size"],
+    update_uses_the_first_row_for_every_sequence: ["the read side differs", "table_tensor[row"],
+    update_returns_only_the_new_tokens: ["no key for position 0", "span = max(positions) + 1"],
+    update_forgets_to_transpose_the_history: ["the keys update returned", "transpose(1, 2)"],
+    lengths_never_committed: ["lengths[", "were not updated"],
+    lengths_from_the_batch_maximum: ["batch at different lengths", "batch's highest position"],
+    lengths_counted_at_every_layer: ["once per layer"],
+    set_batch_pads_with_minus_one: ["padding", "real block id"],
+    set_batch_width_of_the_first_table: ["width", "longest table"],
+    set_batch_rows_in_sorted_order: ["row 0 holds the table of 'a'", "order of seqs"],
+    truncate_keeps_a_block_past_the_boundary: ["truncate('a', 4)", "exactly", "blocks_needed(length)"],
+    truncate_forgets_to_release: ["truncate", "leaked"],
+    free_forgets_to_release: ["free(", "leaked"],
+    free_keeps_the_table: ["after free(", "remove it from tables and lengths"],
+    create_overwrites_an_existing_sequence: ["create('a') twice", "raise ValueError"],
+}
+
+
+@pytest.mark.parametrize("make_wrong", list(WRONG), ids=lambda f: f.__name__)
+def test_a_wrong_cache_fails_with_a_message_naming_the_bug(right, make_wrong, failing_message):
+    message = failing_message(check_paged_kv_cache, make_wrong(right))
+    for phrase in WRONG[make_wrong]:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+
+
+def test_the_student_release_says_not_implemented_yet(tmp_path):
+    cache_class = release_definition(tmp_path, NOTEBOOK, "PagedKVCache", finished=("02_block_allocator",))
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_paged_kv_cache(cache_class)
+
+
+def test_reserve_is_all_or_nothing_in_the_solution(right):
+    cache = right(1, 4, 2, 1, 2)
+    cache.create("a")
+    cache.reserve("a", 3)
+    with pytest.raises(MemoryError, match="needs 3 more block"):
+        cache.reserve("a", 10)
+    assert cache.tables["a"] == [0, 1] and cache.allocator.num_free == 2
+
+
+def test_the_model_stage_alone_catches_a_batch_that_reads_the_wrong_history(right):
+    """The tiny Qwen3 run is a check of its own: a gather bug shows up as wrong logits there."""
+    import random
+
+    from paged_helpers.checks import CheckFailed, paged_cache
+
+    with pytest.raises(CheckFailed, match=r"(?s)decode step 1.*the logits of .*from scratch"):
+        paged_cache._model_run(update_uses_the_first_row_for_every_sequence(right), random.Random(0), 4)
