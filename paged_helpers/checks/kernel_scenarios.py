@@ -1,0 +1,325 @@
+"""The seeded scenarios of the kernel checks (notebooks 06 and 08): inputs in the learner's shapes.
+
+Every pool is filled with random keys and values everywhere, stale slots included, so a kernel
+that reads past a sequence's length gets a different answer; block ids are handed out in a
+shuffled order, so a kernel that skips the table gets a different answer too. Sizes keep each
+scenario near 100 program-iterations or fewer in Triton's interpreter. Nothing here runs a
+kernel or computes attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..device import DEVICE
+
+__all__ = [
+    "DECODE_CASES",
+    "SPLIT_K_CASES",
+    "PREFILL_CASES",
+    "DecodeCase",
+    "DecodeInputs",
+    "PrefillCase",
+    "PrefillInputs",
+    "decode_inputs",
+    "prefill_inputs",
+]
+
+# Blocks left unused at the end of every pool, so that a kernel reading a few heads or blocks
+# too far still reads inside the pool (and its answer can be recognised as a known bug).
+_SPARE_BLOCKS = 8
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    """One batch of decode queries over a scrambled pool."""
+
+    scenario: str
+    lengths: tuple[int, ...]
+    block_size: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    table_padding: int = 0  # extra entries at the end of every table row (value: block 0)
+    score_scale: float = 1.0  # multiplies q: large values make a sharply peaked softmax
+    splits: int = 1  # only for the split-K check
+    seed: int = 0
+
+
+@dataclass
+class DecodeInputs:
+    q: torch.Tensor
+    k_pool: torch.Tensor
+    v_pool: torch.Tensor
+    block_tables: torch.Tensor
+    lengths: torch.Tensor
+    block_size: int
+
+    def args(self) -> tuple:
+        return (self.q, self.k_pool, self.v_pool, self.block_tables, self.lengths, self.block_size)
+
+
+def _scrambled_pool(
+    blocks_used: int, kv_heads: int, block_size: int, head_dim: int, generator: torch.Generator
+):
+    """Random K and V everywhere (stale data in unused slots too) and a random order of block ids."""
+    num_blocks = blocks_used + _SPARE_BLOCKS
+    shape = (num_blocks, kv_heads, block_size, head_dim)
+    k_pool = torch.randn(shape, generator=generator, dtype=torch.float64)
+    v_pool = torch.randn(shape, generator=generator, dtype=torch.float64)
+    # Physical ids come from the low part of the pool, shuffled; block 0 is used by someone.
+    order = torch.randperm(blocks_used, generator=generator)
+    return k_pool, v_pool, order
+
+
+def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> DecodeInputs:
+    generator = torch.Generator().manual_seed(1000 + case.seed + 7919 * seed)
+    per_sequence = [-(-length // case.block_size) for length in case.lengths]
+    k_pool, v_pool, order = _scrambled_pool(
+        sum(per_sequence), case.kv_heads, case.block_size, case.head_dim, generator
+    )
+    width = max(per_sequence) + case.table_padding
+    tables = torch.zeros((len(case.lengths), width), dtype=torch.int32)
+    used = 0
+    for row, count in enumerate(per_sequence):
+        tables[row, :count] = order[used : used + count].to(torch.int32)
+        used += count
+    q = torch.randn(
+        (len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64
+    )
+    q = q * case.score_scale
+    return DecodeInputs(
+        q=q.to(dtype).to(DEVICE),
+        k_pool=k_pool.to(dtype).to(DEVICE),
+        v_pool=v_pool.to(dtype).to(DEVICE),
+        block_tables=tables.to(DEVICE),
+        lengths=torch.tensor(case.lengths, dtype=torch.int32, device=DEVICE),
+        block_size=case.block_size,
+    )
+
+
+DECODE_CASES: tuple[DecodeCase, ...] = (
+    DecodeCase(
+        "one sequence of 11 tokens in a scrambled block table (blocks of 4, 2 heads, no grouping)",
+        lengths=(11,),
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+    ),
+    DecodeCase(
+        "four sequences of 1, 8, 9 and 24 tokens (one token; exactly one block; one past a block "
+        "boundary; exactly three blocks), blocks of 8, tables padded to 5 blocks, group size 2",
+        lengths=(1, 8, 9, 24),
+        block_size=8,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=32,
+        table_padding=2,
+        seed=1,
+    ),
+    DecodeCase(
+        "group size 4 (8 query heads share 2 KV heads), blocks of 16, lengths 17 and 40",
+        lengths=(17, 40),
+        block_size=16,
+        q_heads=8,
+        kv_heads=2,
+        head_dim=16,
+        seed=2,
+    ),
+    DecodeCase(
+        "one KV head shared by 4 query heads, head_dim 64, blocks of 2, length 13",
+        lengths=(13,),
+        block_size=2,
+        q_heads=4,
+        kv_heads=1,
+        head_dim=64,
+        seed=3,
+    ),
+    DecodeCase(
+        "a sharply peaked softmax (scores in the hundreds), length 20, blocks of 4",
+        lengths=(20,),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        score_scale=100.0,
+        seed=4,
+    ),
+    DecodeCase(
+        "a long sequence: 64 tokens in 16 blocks of 4, head_dim 8",
+        lengths=(64,),
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=8,
+        seed=5,
+    ),
+)
+
+SPLIT_K_CASES: tuple[DecodeCase, ...] = (
+    DecodeCase(
+        "one split (it must give the plain decode answer), length 11, blocks of 4",
+        lengths=(11,),
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+        splits=1,
+    ),
+    DecodeCase(
+        "2 splits over sequences of 1, 8, 9 and 24 tokens, blocks of 8, group size 2, padded tables",
+        lengths=(1, 8, 9, 24),
+        block_size=8,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=32,
+        table_padding=2,
+        splits=2,
+        seed=1,
+    ),
+    DecodeCase(
+        "3 splits of a 64-token sequence in 16 blocks of 4 (splits of unequal size)",
+        lengths=(64,),
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=8,
+        splits=3,
+        seed=5,
+    ),
+    DecodeCase(
+        "more splits than blocks: 4 splits over sequences of 1 and 5 tokens (some splits own no block)",
+        lengths=(1, 5),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        splits=4,
+        seed=6,
+    ),
+    DecodeCase(
+        "3 splits with a sharply peaked softmax (scores in the hundreds), group size 4, length 20",
+        lengths=(20,),
+        block_size=4,
+        q_heads=4,
+        kv_heads=1,
+        head_dim=16,
+        score_scale=100.0,
+        splits=3,
+        seed=4,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class PrefillCase:
+    """New tokens of one sequence at positions start .. start + new_tokens - 1."""
+
+    scenario: str
+    start: int
+    new_tokens: int
+    block_size: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    table_padding: int = 1
+    score_scale: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class PrefillInputs:
+    q: torch.Tensor
+    k_pool: torch.Tensor
+    v_pool: torch.Tensor
+    block_table: torch.Tensor
+    start: int
+    block_size: int
+
+    def args(self) -> tuple:
+        return (self.q, self.k_pool, self.v_pool, self.block_table, self.start, self.block_size)
+
+
+def prefill_inputs(case: PrefillCase, dtype: torch.dtype, seed: int = 0) -> PrefillInputs:
+    generator = torch.Generator().manual_seed(2000 + case.seed + 7919 * seed)
+    blocks = -(-(case.start + case.new_tokens) // case.block_size)
+    k_pool, v_pool, order = _scrambled_pool(blocks, case.kv_heads, case.block_size, case.head_dim, generator)
+    table = torch.zeros(blocks + case.table_padding, dtype=torch.int32)
+    table[:blocks] = order.to(torch.int32)
+    q = torch.randn((case.new_tokens, case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
+    return PrefillInputs(
+        q=(q * case.score_scale).to(dtype).to(DEVICE),
+        k_pool=k_pool.to(dtype).to(DEVICE),
+        v_pool=v_pool.to(dtype).to(DEVICE),
+        block_table=table.to(DEVICE),
+        start=case.start,
+        block_size=case.block_size,
+    )
+
+
+PREFILL_CASES: tuple[PrefillCase, ...] = (
+    PrefillCase(
+        "a fresh prompt: 11 new tokens, no history, blocks of 4, 2 heads",
+        start=0,
+        new_tokens=11,
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+    ),
+    PrefillCase(
+        "chunked prefill: 8 tokens already cached (exactly two blocks), 6 new ones, blocks of 4",
+        start=8,
+        new_tokens=6,
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+        seed=1,
+    ),
+    PrefillCase(
+        "a history that ends mid-block: 5 tokens cached, 9 new ones starting mid-block, blocks of 4, "
+        "group size 2",
+        start=5,
+        new_tokens=9,
+        block_size=4,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=16,
+        seed=2,
+    ),
+    PrefillCase(
+        "a chunk of 20 new tokens starting mid-block at position 13, blocks of 8, group size 4",
+        start=13,
+        new_tokens=20,
+        block_size=8,
+        q_heads=4,
+        kv_heads=1,
+        head_dim=32,
+        seed=3,
+    ),
+    PrefillCase(
+        "one new token after 30 cached ones (prefill of a single token), blocks of 16",
+        start=30,
+        new_tokens=1,
+        block_size=16,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=4,
+    ),
+    PrefillCase(
+        "a sharply peaked softmax (scores in the hundreds): 4 cached tokens, 8 new, blocks of 4",
+        start=4,
+        new_tokens=8,
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+        score_scale=100.0,
+        seed=5,
+    ),
+)

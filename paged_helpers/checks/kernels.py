@@ -1,0 +1,399 @@
+"""Checks for the paged attention kernels: notebooks 06 (decode, split-K) and 08 (prefill).
+
+Each check builds small seeded scenarios (scrambled block tables, padded rows, lengths of 1,
+on and one past a block boundary, grouped-query attention with groups of 1, 2 and 4+),
+runs the learner's launcher, and compares with the gather-then-attend reference of
+``paged_helpers.reference`` computed in float64. Tolerances live in ``TOLERANCES`` only.
+
+When an answer is wrong, the check recomputes the scenario as a few classic bugs would
+(logical block used as physical, no length mask, the query head used as the KV head, no
+1/sqrt(head_dim), an online softmax that never rescales, a causal mask off by one) and, if
+the learner's output matches one of them, names that bug.
+
+With Triton's interpreter the learner's launcher runs in a forked child (see ``isolated``):
+a segfault or a hang becomes a message, and the notebook's kernel survives. Sizes keep every
+scenario near 100 program-iterations or fewer (about 2.8 ms each in the interpreter).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..device import DEVICE
+from ..reference import paged_decode_reference, paged_prefill_reference
+from .isolated import Outcome, run_isolated
+from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
+from .kernel_scenarios import (
+    DECODE_CASES,
+    PREFILL_CASES,
+    SPLIT_K_CASES,
+    DecodeCase,
+    decode_inputs,
+    prefill_inputs,
+)
+from .report import CheckFailed, NotImplementedYet, check, fail
+
+__all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
+
+# (atol, rtol) of the learner's output against the float64 reference, by input dtype.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (4e-2, 4e-2),
+}
+
+# Seconds one scenario may take before the learner's kernel is declared stuck (interpreter only).
+TIME_LIMIT_S = 15.0
+
+
+def _dtypes_to_check() -> tuple[torch.dtype, ...]:
+    """float32 on the CPU interpreter (it has no bfloat16); the half types a GPU serves in."""
+    return (torch.float16, torch.bfloat16) if DEVICE.type == "cuda" else (torch.float32,)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, equal_nan: bool = False) -> bool:
+    atol, rtol = TOLERANCES[dtype]
+    return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
+
+
+def _worst(got: torch.Tensor, expected: torch.Tensor, axes: tuple[str, str, str]) -> str:
+    """Where the outputs differ most, in the learner's terms (axes names the three dimensions)."""
+    error = (got - expected).abs().nan_to_num(nan=math.inf)
+    index = tuple(int(i) for i in torch.nonzero(error == error.max())[0])
+    where = ", ".join(f"{name} {i}" for name, i in zip(axes, index, strict=True))
+    return (
+        f"largest difference {float(error.max()):.3g} at {where}: {float(got[index]):.5g} instead of "
+        f"{float(expected[index]):.5g}"
+    )
+
+
+_DECODE_AXES = ("sequence", "query head", "dim")
+_PREFILL_AXES = ("new token", "query head", "dim")
+
+
+def _last_lines(text: str, count: int = 15) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join("    " + line for line in lines[-count:])
+
+
+def _crash_report(printed: str) -> str:
+    """The lines of a segfault dump that point into the learner's code (not Triton's, torch's or ours)."""
+    machinery = ("site-packages", "paged_helpers", "Extension modules", "Current thread", "<frozen ")
+    kept = [line for line in printed.splitlines() if line.strip() and not any(m in line for m in machinery)]
+    return "\n".join("    " + line.strip() for line in kept[:12])
+
+
+def _watched(launcher: Callable) -> Callable:
+    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs.
+
+    Returns (result, launches, reference_calls). The counters are patched in only for the call
+    (in the child process, when isolated), and always restored.
+    """
+
+    def call(*args):
+        from triton.runtime import jit
+
+        from ..reference import attention
+
+        counts = {"launches": 0, "reference": 0}
+        original_getitem, original_gather = jit.KernelInterface.__getitem__, attention.gather_history
+
+        def counting_getitem(kernel, grid):
+            counts["launches"] += 1
+            return original_getitem(kernel, grid)
+
+        def counting_gather(*gather_args, **gather_kwargs):
+            counts["reference"] += 1
+            return original_gather(*gather_args, **gather_kwargs)
+
+        jit.KernelInterface.__getitem__ = counting_getitem
+        attention.gather_history = counting_gather
+        try:
+            result = launcher(*args)
+        finally:
+            jit.KernelInterface.__getitem__ = original_getitem
+            attention.gather_history = original_gather
+        return result, counts["launches"], counts["reference"]
+
+    return call
+
+
+def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
+    """Run the launcher (in a child process under the interpreter); turn every failure into a message."""
+    outcome: Outcome = run_isolated(_watched(launcher), args, TIME_LIMIT_S)
+    printed = (
+        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}"
+        if outcome.printed.strip()
+        else ""
+    )
+    if outcome.kind == "crashed":
+        where = _crash_report(outcome.printed)
+        printed = f"\n  where it crashed (innermost first):\n{where}" if where else ""
+        raise CheckFailed(
+            f"{scenario}: your kernel crashed the process ({outcome.signal_name}).\n"
+            "  hint: look for a load without a mask, or an address built from a wrong block number or "
+            "stride: in Triton's interpreter a read outside a tensor can kill Python. The check ran your "
+            "kernel in a separate process, so this notebook is still alive." + printed
+        )
+    if outcome.kind == "timed out":
+        raise CheckFailed(
+            f"{scenario}: your kernel did not finish within {TIME_LIMIT_S:g} s (this scenario needs well "
+            "under a second).\n  hint: look for a loop that never ends, or a loop over far more blocks "
+            "than the sequence has (its bound should be the number of blocks holding its tokens)." + printed
+        )
+    if outcome.not_implemented:
+        raise NotImplementedYet(
+            f"not implemented yet: {what} raised NotImplementedError. Replace `raise NotImplementedError()` "
+            "in its cell (and in the kernel's cell) with your code, run those cells, then this check."
+        )
+    if outcome.kind == "raised":
+        raise CheckFailed(
+            f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
+            f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}" + printed
+        )
+    result, launches, reference_calls = outcome.value
+    if reference_calls:
+        fail(
+            scenario,
+            "an answer computed by your Triton kernel",
+            "an answer from the gather-then-attend reference",
+            f"{what} called the reference (paged_helpers.reference). It is there to compare against; the "
+            "point of the exercise is a kernel that reads the pool through the table without that copy.",
+        )
+    if not launches:
+        fail(
+            scenario,
+            "at least one Triton kernel launch (kernel[grid](...))",
+            "no launch",
+            f"{what} returned without launching a Triton kernel: compute the answer in your kernel.",
+        )
+    expected_shape = tuple(args[0].shape)
+    if not isinstance(result, torch.Tensor):
+        fail(
+            scenario,
+            f"a tensor of shape {expected_shape}",
+            f"{type(result).__name__}",
+            f"{what} must return the output tensor it filled.",
+        )
+    if tuple(result.shape) != expected_shape or result.dtype != args[0].dtype:
+        fail(
+            scenario,
+            f"a tensor of shape {expected_shape} and dtype {args[0].dtype} (like q)",
+            f"shape {tuple(result.shape)}, dtype {result.dtype}",
+            "allocate the output with torch.empty_like(q) and return it.",
+        )
+    return result.double().cpu()
+
+
+def _explain_mismatch(
+    scenario: str,
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    dtype: torch.dtype,
+    bugs: tuple[Bug, ...],
+    recompute: Callable[[Bug], torch.Tensor | None],
+    fallback_hint: str,
+    axes: tuple[str, str, str],
+    context_hint: str = "",
+) -> None:
+    """Fail with the name of the bug the output matches, else with the general hint.
+
+    ``context_hint`` (what this scenario is about) opens the NaN and the general hints.
+    """
+    for bug in bugs:
+        answer = recompute(bug)
+        if (
+            answer is not None
+            and not _close(answer, expected, dtype, equal_nan=True)
+            and _close(got, answer, dtype, equal_nan=True)
+        ):
+            fail(
+                scenario,
+                "the reference output (gather the history, then plain attention)",
+                "what that computation gives with one classic mistake, named below",
+                bug.diagnosis,
+            )
+    if not torch.isfinite(got).all():
+        fail(
+            scenario,
+            "finite numbers",
+            f"{int((~torch.isfinite(got)).sum())} NaN or inf values",
+            context_hint
+            + "NaN comes from exp of a huge score (subtract the running max before exp), from 0 / 0 when a "
+            "row saw no valid key, or from -inf - -inf when a whole block was masked before any valid key.",
+        )
+    fail(
+        scenario,
+        "the reference output (gather the history, then plain attention)",
+        _worst(got, expected, axes),
+        context_hint + fallback_hint,
+    )
+
+
+def _expect_rejected(what: str, launcher: Callable, args: tuple, scenario: str, argument: str) -> None:
+    """The launcher must refuse bad input with an error that names ``argument``."""
+    outcome = run_isolated(launcher, args, TIME_LIMIT_S)
+    if outcome.kind == "raised" and argument in outcome.error_message:
+        return
+    got = {
+        "returned": "it returned normally",
+        "crashed": "your kernel crashed the process",
+        "timed out": "it did not finish",
+        "raised": f"{outcome.error_type}: {outcome.error_message}",
+    }[outcome.kind]
+    fail(
+        scenario,
+        f"an error whose message names `{argument}`",
+        got,
+        f"keep the validation call at the top of {what} (it raises before the kernel reads a bad address).",
+    )
+
+
+# --------------------------------------------------------------------------- the checks
+
+_DECODE_HINT = (
+    "Compare your kernel with the reference on this scenario alone. Check, in order: the physical block "
+    "from the table, the key/value addresses (block * stride0 + kv_head * stride1 + slot * stride2 + dim), "
+    "the mask of the last block, the scale, and the online-softmax update (m, l, acc)."
+)
+
+
+def _plan(cases: tuple) -> list[tuple]:
+    """(case, dtype) pairs to run: every case in each dtype of the device; on the CPU the second
+    case once more in float16 (the interpreter runs it, and half-precision bugs show there)."""
+    plan = [(case, dtype) for dtype in _dtypes_to_check() for case in cases]
+    if DEVICE.type == "cpu" and len(cases) > 1:
+        plan.append((cases[1], torch.float16))
+    return plan
+
+
+def _dtype_hint(dtype: torch.dtype) -> str:
+    if dtype == torch.float32:
+        return ""
+    return (
+        f" In {str(dtype).removeprefix('torch.')}: convert what you load with .to(tl.float32), keep m, l and "
+        "acc in float32, and convert only the stored output to the output's dtype."
+    )
+
+
+def _check_decode_cases(
+    what: str, launcher: Callable, cases: tuple[DecodeCase, ...], seed: int, split: bool
+) -> None:
+    for case, dtype in _plan(cases):
+        inputs = decode_inputs(case, dtype, seed)
+        args = inputs.args() + ((case.splits,) if split else ())
+        scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
+        expected = paged_decode_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
+        got = _run_learner(what, launcher, args, scenario)
+        if _close(got, expected, dtype):
+            continue
+        context = _split_hint(case) + " " if split else ""
+        _explain_mismatch(
+            scenario,
+            got,
+            expected,
+            dtype,
+            DECODE_BUGS,
+            lambda bug, inputs=inputs: decode_as(bug, inputs),
+            _DECODE_HINT + _dtype_hint(dtype),
+            _DECODE_AXES,
+            context,
+        )
+
+
+def _split_hint(case: DecodeCase) -> str:
+    if case.splits == 1:
+        return "With one split the answer is plain decode attention, so the bug is in the per-split kernel."
+    if "no block" in case.scenario:
+        return (
+            "A split that owns no block has m = -inf and l = 0: give it zero weight in the merge "
+            "(and don't compute exp(-inf - -inf))."
+        )
+    return (
+        "Merging splits: with per-split (m_s, l_s, acc_s) and m = max over s of m_s, "
+        "out = sum(exp(m_s - m) acc_s) / sum(exp(m_s - m) l_s). Averaging per-split outputs is not the same."
+    )
+
+
+def _rejects_baddecode_inputs(what: str, launcher: Callable, extra: tuple) -> None:
+    inputs = decode_inputs(DECODE_CASES[0], _dtypes_to_check()[0])
+    q, k_pool, v_pool, tables, lengths, block_size = inputs.args()
+    _expect_rejected(
+        what,
+        launcher,
+        (q, k_pool, v_pool, tables, torch.zeros_like(lengths), block_size, *extra),
+        "a sequence of length 0 (lengths = [0])",
+        "lengths",
+    )
+    outside = tables.clone()
+    outside[0, 0] = k_pool.shape[0]  # one block past the pool: caught by validation, harmless if not
+    _expect_rejected(
+        what,
+        launcher,
+        (q, k_pool, v_pool, outside, lengths, block_size, *extra),
+        "a block table entry past the end of the pool",
+        "block_tables",
+    )
+
+
+@check
+def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
+    """paged_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size) against the reference."""
+    what = "paged_decode_attention"
+    _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
+    _rejects_baddecode_inputs(what, paged_decode_attention, ())
+
+
+@check
+def check_split_k_decode(split_k_decode_attention: Callable, seed: int = 0) -> None:
+    """split_k_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size, num_splits)."""
+    what = "split_k_decode_attention"
+    _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
+    _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
+
+
+_PREFILL_HINT = (
+    "Compare your kernel with the reference on this scenario alone. Check, in order: the query positions "
+    "(start + row), the loop over blocks from logical block 0 up to the block of the tile's last position, "
+    "the causal mask (key_position <= query_position), the rows past the last new token (masked on load "
+    "and store), the scale, and the online-softmax update."
+)
+
+
+@check
+def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
+    """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
+    what = "paged_prefill_attention"
+    for case, dtype in _plan(PREFILL_CASES):
+        inputs = prefill_inputs(case, dtype, seed)
+        scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
+        expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
+        got = _run_learner(what, paged_prefill_attention, inputs.args(), scenario)
+        if _close(got, expected, dtype):
+            continue
+        _explain_mismatch(
+            scenario,
+            got,
+            expected,
+            dtype,
+            PREFILL_BUGS,
+            lambda bug, inputs=inputs: prefill_as(bug, inputs),
+            _PREFILL_HINT + _dtype_hint(dtype),
+            _PREFILL_AXES,
+        )
+    q, k_pool, v_pool, table, start, block_size = prefill_inputs(
+        PREFILL_CASES[1], _dtypes_to_check()[0]
+    ).args()
+    _expect_rejected(
+        what,
+        paged_prefill_attention,
+        (q, k_pool, v_pool, table[:2].clone(), start, block_size),
+        "a block table too short for start + new tokens (blocks not reserved)",
+        "block_table",
+    )
