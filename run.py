@@ -23,7 +23,9 @@ from paged_helpers.demos import DEMOS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="demo", required=True, metavar="DEMO")
     for name, module_name in DEMOS.items():
         try:

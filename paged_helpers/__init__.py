@@ -25,13 +25,32 @@ from .device import DEVICE, banner
 from .model import Qwen3, Qwen3Config, tiny_qwen3
 from .notebook_loader import NotebookLoadError, load_from_notebook
 
-__all__ = ["DEVICE", "banner", "Qwen3", "Qwen3Config", "tiny_qwen3", "load_from_notebook", "NotebookLoadError"]
+__all__ = [
+    "DEVICE",
+    "banner",
+    "Qwen3",
+    "Qwen3Config",
+    "tiny_qwen3",
+    "load_from_notebook",
+    "NotebookLoadError",
+]
 __version__ = "0.1.0"
 
 # Submodules reached as attributes (ph.checks, ph.widgets, ...) are imported on first use, so
 # `import paged_helpers` stays fast and never imports triton or ipywidgets by itself.
-_SUBMODULES = {"baselines", "checkpoint", "checks", "demos", "model", "notebook_loader", "plots", "reference",
-               "serving", "widgets", "workloads"}
+_SUBMODULES = {
+    "baselines",
+    "checkpoint",
+    "checks",
+    "demos",
+    "model",
+    "notebook_loader",
+    "plots",
+    "reference",
+    "serving",
+    "widgets",
+    "workloads",
+}
 
 
 def __getattr__(name: str):

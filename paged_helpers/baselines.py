@@ -57,7 +57,9 @@ class StaticKVCache:
         if seq in self.slot_of:
             raise ValueError(f"sequence {seq!r} already exists; free it first or pick a new id")
         if not self.free_slots:
-            raise SlotsExhausted(f"all {self.num_slots} slots are in use; free a sequence before creating {seq!r}")
+            raise SlotsExhausted(
+                f"all {self.num_slots} slots are in use; free a sequence before creating {seq!r}"
+            )
         self.slot_of[seq] = self.free_slots.pop(0)
         self.lengths[seq] = 0
 

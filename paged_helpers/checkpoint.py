@@ -25,7 +25,9 @@ def load_qwen3(
     folder = Path(folder)
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: load_qwen3 needs a folder holding config.json and *.safetensors")
+        raise FileNotFoundError(
+            f"{config_path} not found: load_qwen3 needs a folder holding config.json and *.safetensors"
+        )
     try:
         raw = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
@@ -37,7 +39,9 @@ def load_qwen3(
 
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
-        raise FileNotFoundError(f"no *.safetensors file in {folder}: download the weights there first (this loader never does)")
+        raise FileNotFoundError(
+            f"no *.safetensors file in {folder}: download the weights there first (this loader never does)"
+        )
     state: dict[str, torch.Tensor] = {}
     for shard in shards:
         for name, tensor in load_file(str(shard)).items():

@@ -74,7 +74,9 @@ class Qwen3Config:
             values["rope_theta"] = values["rope_parameters"].get("rope_theta", cls.rope_theta)
         missing = sorted(required - values.keys())
         if missing:
-            raise ValueError(f"{source} is missing the field(s) {', '.join(missing)} that a Qwen3 model needs")
+            raise ValueError(
+                f"{source} is missing the field(s) {', '.join(missing)} that a Qwen3 model needs"
+            )
         return cls(**{k: values[k] for k in known if k in values})
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +108,9 @@ def rotary_cos_sin(
     positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin for absolute positions [B, T] -> two tensors [B, 1, T, head_dim]."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
+    )
     angles = positions.float()[..., None] * inv_freq  # [B, T, head_dim / 2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, T, head_dim]
     return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
@@ -176,9 +180,13 @@ def _check_cache_reply(
     name = type(cache).__name__
     batch, kv_heads, _, head_dim = new_k.shape
     for label, tensor in (("keys", keys), ("values", values)):
-        if not isinstance(tensor, torch.Tensor) or tensor.ndim != 4 or tensor.shape[0] != batch or tensor.shape[
-            1
-        ] != kv_heads or tensor.shape[3] != head_dim:
+        if (
+            not isinstance(tensor, torch.Tensor)
+            or tensor.ndim != 4
+            or tensor.shape[0] != batch
+            or tensor.shape[1] != kv_heads
+            or tensor.shape[3] != head_dim
+        ):
             shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ValueError(
                 f"{name}.update(layer={layer}) returned {label} of shape {shape}; the protocol needs "
@@ -237,8 +245,10 @@ class Qwen3(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Qwen3Block(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
-            config.hidden_size, config.vocab_size, bias=False
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
 
     @property
@@ -259,7 +269,9 @@ class Qwen3(nn.Module):
         if tokens.ndim == 1:
             tokens = tokens[None]
         if tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"tokens must be integer ids of shape [batch, steps]; got {tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                f"tokens must be integer ids of shape [batch, steps]; got {tuple(tokens.shape)} {tokens.dtype}"
+            )
         batch, steps = tokens.shape
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
             raise ValueError(
@@ -268,7 +280,9 @@ class Qwen3(nn.Module):
             )
         if positions is None:
             if cache is not None:
-                raise ValueError("positions are required with a cache: pass each new token's absolute position")
+                raise ValueError(
+                    "positions are required with a cache: pass each new token's absolute position"
+                )
             positions = torch.arange(steps, device=self.device)
         positions = torch.as_tensor(positions, device=self.device)
         if positions.shape == (steps,):
@@ -278,7 +292,9 @@ class Qwen3(nn.Module):
                 f"positions must have shape [{steps}] or [{batch}, {steps}] to match tokens {tuple(tokens.shape)}; "
                 f"got {tuple(positions.shape)}"
             )
-        if positions.dtype not in (torch.int64, torch.int32) or (positions.numel() and int(positions.min()) < 0):
+        if positions.dtype not in (torch.int64, torch.int32) or (
+            positions.numel() and int(positions.min()) < 0
+        ):
             raise ValueError(f"positions must be non-negative integers; got {positions.dtype}")
 
         x = self.embed_tokens(tokens)

@@ -153,7 +153,11 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
         ast.increment_lineno(tree, sum(piece.count("\n") + 1 for piece in cell_sources))
         cell_sources.append(source)
         for node in tree.body:
-            if isinstance(node, _DEFINITIONS) or _is_constant_assignment(node) or _is_earlier_notebook_import(node):
+            if (
+                isinstance(node, _DEFINITIONS)
+                or _is_constant_assignment(node)
+                or _is_earlier_notebook_import(node)
+            ):
                 kept.append(node)
                 unimplemented += _unimplemented_parts(node)
     filename = f"{path} (code cells)"
@@ -205,7 +209,9 @@ def load_from_notebook(
                 f"{path.name} defines no `{name}`. Define it at the top level of a code cell in that "
                 "notebook (and keep its name), then run this cell again."
             )
-        unfinished = [part for part in module.__unimplemented__ if part == name or part.startswith(f"{name}.")]
+        unfinished = [
+            part for part in module.__unimplemented__ if part == name or part.startswith(f"{name}.")
+        ]
         if unfinished:
             message = (
                 f"`{name}` in {path.name} is not finished: {', '.join(unfinished)} still raise(s) "

@@ -29,8 +29,16 @@ from conftest import ROOT
 
 transformers = pytest.importorskip("transformers")
 
-HF_TINY = dict(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-               num_attention_heads=6, num_key_value_heads=2, head_dim=8, rope_theta=10_000.0)
+HF_TINY = dict(
+    vocab_size=96,
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=3,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=8,
+    rope_theta=10_000.0,
+)
 
 
 def hf_twin(config: Qwen3Config, ours: torch.nn.Module):
@@ -66,7 +74,9 @@ def test_hugging_face_comparison_can_fail():
 def decode_with_cache(model, prompts, steps):
     """Prefill each prompt, then decode greedily in one batch; returns per-step logits per sequence."""
     config = model.config
-    cache = StaticKVCache(config.num_hidden_layers, len(prompts), 256, config.num_key_value_heads, config.head_dim)
+    cache = StaticKVCache(
+        config.num_hidden_layers, len(prompts), 256, config.num_key_value_heads, config.head_dim
+    )
     sequences = [list(p) for p in prompts]
     logits_seen: list[list[torch.Tensor]] = [[] for _ in prompts]
     with torch.no_grad():
@@ -91,7 +101,7 @@ def test_cached_batched_decode_at_different_lengths_equals_full_forward():
     model = tiny_qwen3(seed=3, device="cpu")
     prompts = [list(range(5, 5 + n)) for n in (3, 17, 9)]
     sequences, logits_seen = decode_with_cache(model, prompts, steps=6)
-    for sequence, seen in zip(sequences, logits_seen):
+    for sequence, seen in zip(sequences, logits_seen, strict=True):
         full = model.logits_from_scratch([sequence[:-1]])[0]
         torch.testing.assert_close(torch.stack(seen), full, rtol=1e-5, atol=1e-5)
     assert len({tuple(s[-6:]) for s in sequences}) > 1, "greedy outputs should differ between prompts"
@@ -119,7 +129,10 @@ def test_tiny_model_is_deterministic_and_fast():
         (lambda m: m(torch.tensor([[1.0, 2.0]])), ["tokens", "integer"]),
         (lambda m: m(torch.tensor([[1, 2, 3]]), torch.tensor([0, 1])), ["positions", "[3]", "(2,)"]),
         (lambda m: m(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache=object()), ["update"]),
-        (lambda m: m(torch.tensor([[1, 2]]), cache=StaticKVCache(2, 1, 8, 2, 16)), ["positions are required"]),
+        (
+            lambda m: m(torch.tensor([[1, 2]]), cache=StaticKVCache(2, 1, 8, 2, 16)),
+            ["positions are required"],
+        ),
     ],
 )
 def test_bad_input_names_the_argument(call, words):
@@ -142,8 +155,13 @@ class WrongPositionsCache:
         return k, v, torch.arange(k.shape[2] + 1)
 
 
-@pytest.mark.parametrize("cache, words", [(ShortChangingCache(), ["keys", "kv_heads=2"]),
-                                          (WrongPositionsCache(), ["key_positions", "one absolute position"])])
+@pytest.mark.parametrize(
+    "cache, words",
+    [
+        (ShortChangingCache(), ["keys", "kv_heads=2"]),
+        (WrongPositionsCache(), ["key_positions", "one absolute position"]),
+    ],
+)
 def test_cache_breaking_the_protocol_gets_a_clear_error(cache, words):
     model = tiny_qwen3(device="cpu")
     with pytest.raises(ValueError) as caught:
@@ -164,6 +182,7 @@ def test_static_cache_refuses_to_overflow_before_any_work():
 
 
 # --- checkpoints -----------------------------------------------------------------------------
+
 
 def save_hf_checkpoint(folder, seed=0):
     config = tiny_config(**HF_TINY)
@@ -204,10 +223,13 @@ def test_checkpoint_problems_name_the_file_and_field(tmp_path):
 
 # --- device and Triton mode --------------------------------------------------------------------
 
+
 def run_python(code: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
@@ -241,6 +263,7 @@ def test_triton_imported_first_is_explained_in_the_banner():
 
 # --- workloads and run.py --------------------------------------------------------------------
 
+
 def test_workloads_are_seeded():
     assert request_lengths(seed=4) == request_lengths(seed=4) != request_lengths(seed=5)
     assert all(20 <= n <= 500 for n in request_lengths())
@@ -250,7 +273,9 @@ def test_workloads_are_seeded():
 
 
 def run_demo(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "run.py", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "run.py", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -258,8 +283,14 @@ def run_demo(*args: str) -> dict:
 
 def test_run_paged_prints_the_chapter_figure():
     figure = run_demo("paged")
-    assert set(figure) == {"requests", "tokens_stored", "static_slots_reserved", "paged_slots_reserved",
-                           "static_utilization", "paged_utilization"}
+    assert set(figure) == {
+        "requests",
+        "tokens_stored",
+        "static_slots_reserved",
+        "paged_slots_reserved",
+        "static_utilization",
+        "paged_utilization",
+    }
     assert figure["requests"] == 32 and figure["static_slots_reserved"] == 32 * 1024
     assert 0.25 <= figure["static_utilization"] <= 0.35
     assert figure["paged_utilization"] > 0.95

@@ -25,16 +25,34 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_make_lab_serves_the_notebooks(tmp_path):
     port, token = free_port(), secrets.token_hex(8)
-    env = {**os.environ, **{name: str(tmp_path / name.lower()) for name in (
-        "JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")}}
+    env = {
+        **os.environ,
+        **{
+            name: str(tmp_path / name.lower())
+            for name in (
+                "JUPYTER_CONFIG_DIR",
+                "JUPYTER_RUNTIME_DIR",
+                "JUPYTERLAB_SETTINGS_DIR",
+                "JUPYTERLAB_WORKSPACES_DIR",
+            )
+        },
+    }
     args = f"--no-browser --allow-root --ip=127.0.0.1 --port={port} --ServerApp.token={token}"
-    server = subprocess.Popen(["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline, listing = time.monotonic() + 60, None
         while time.monotonic() < deadline and listing is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=2) as reply:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=2
+                ) as reply:
                     listing = json.load(reply)
             except OSError:
                 assert server.poll() is None, "make lab exited before JupyterLab answered"

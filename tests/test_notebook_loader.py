@@ -98,10 +98,14 @@ def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
 def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
     from paged_helpers.checks.report import NotImplementedYet, call_learner
 
-    write_notebook(tmp_path / "02_alloc.ipynb",
-                   "class BlockAllocator:\n    def allocate(self):\n        raise NotImplementedError()")
+    write_notebook(
+        tmp_path / "02_alloc.ipynb",
+        "class BlockAllocator:\n    def allocate(self):\n        raise NotImplementedError()",
+    )
     allocator = load_from_notebook("02_alloc", "BlockAllocator", search=[tmp_path])()
-    with pytest.raises(NotImplementedYet, match="The code that raised is in 02_alloc.ipynb: finish that notebook"):
+    with pytest.raises(
+        NotImplementedYet, match="The code that raised is in 02_alloc.ipynb: finish that notebook"
+    ):
         call_learner("cache.reserve", lambda: allocator.allocate())
 
     def typed_here():

@@ -21,8 +21,9 @@ BUDGET = {"07_continuous_batching.ipynb": 120}
 
 def run_notebook(path):
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     client.execute()
     return notebook, time.perf_counter() - start
@@ -34,11 +35,13 @@ def test_notebook_runs_clean(path):
     notebook, seconds = run_notebook(path)
     for index, cell in enumerate(notebook.cells):
         for output in cell.get("outputs", []):
-            assert output.get("output_type") != "error", (
-                f"cell {index} raised:\n" + strip_ansi("\n".join(output.get("traceback", [])))
+            assert output.get("output_type") != "error", f"cell {index} raised:\n" + strip_ansi(
+                "\n".join(output.get("traceback", []))
             )
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
-                pytest.fail(f"cell {index} wrote to stderr (nbgrader would zero a test cell):\n{output['text']}")
+                pytest.fail(
+                    f"cell {index} wrote to stderr (nbgrader would zero a test cell):\n{output['text']}"
+                )
     budget = BUDGET.get(path.name, 60)
     assert seconds < budget * 1.5, f"{path.name} took {seconds:.0f} s; the course promises under {budget} s"
 

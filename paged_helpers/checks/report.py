@@ -27,12 +27,7 @@ class NotImplementedYet(CheckFailed):
 
 def fail(scenario: str, expected: Any, got: Any, hint: str) -> None:
     """Raise CheckFailed with the course's four-part message."""
-    raise CheckFailed(
-        f"{scenario}\n"
-        f"  expected: {expected}\n"
-        f"  got:      {got}\n"
-        f"  hint: {hint}"
-    )
+    raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")
 
 
 def expect_equal(scenario: str, expected: Any, got: Any, hint: str) -> None:
@@ -57,7 +52,9 @@ def swallow_output() -> Iterator[io.StringIO]:
         yield buffer
 
 
-def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
+def call_learner(
+    what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any
+) -> Any:
     """Call learner code, turning its exceptions into messages about *what* was being done.
 
     NotImplementedError becomes "not implemented yet"; any other exception becomes a

@@ -62,7 +62,9 @@ def utilization_figures(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--requests", type=int, default=32, help="live requests (default 32)")
-    parser.add_argument("--capacity", type=int, default=1024, help="static slot size in tokens (default 1024)")
+    parser.add_argument(
+        "--capacity", type=int, default=1024, help="static slot size in tokens (default 1024)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     # Without --impl the paged count is arithmetic, so this demo works before notebook 03 is done.
     add_impl_argument(parser, default=None)
@@ -70,4 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, float | int]:
     paged_cache_class = None if args.impl is None else load_impl(args, "03_paged_kv_cache", "PagedKVCache")
-    return utilization_figures(args.requests, args.block_size, args.capacity, args.seed, paged_cache_class=paged_cache_class)
+    return utilization_figures(
+        args.requests, args.block_size, args.capacity, args.seed, paged_cache_class=paged_cache_class
+    )
