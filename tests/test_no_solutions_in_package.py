@@ -41,6 +41,29 @@ CAPABILITIES = [
         "03_paged_kv_cache",
         "PagedKVCache",
     ),
+    Capability("check_copy_on_write", "class", ((2, 24, 4, 2, 8), {}), "04_fork_and_copy_on_write", "PagedKVCache"),
+    Capability("check_fork_logits", "class", ((2, 24, 4, 2, 8), {}), "04_fork_and_copy_on_write", "PagedKVCache"),
+    Capability(
+        "check_paged_decode",
+        "function",
+        (("q", "k", "v", "t", "l", 4), {}),
+        "06_paged_decode_kernel",
+        "paged_decode_attention",
+    ),
+    Capability(
+        "check_split_k_decode",
+        "function",
+        (("q", "k", "v", "t", "l", 4, 2), {}),
+        "06_paged_decode_kernel",
+        "split_k_decode_attention",
+    ),
+    Capability(
+        "check_paged_prefill",
+        "function",
+        (("q", "k", "v", "t", 3, 4), {}),
+        "08_paged_prefill_kernel",
+        "paged_prefill_attention",
+    ),
 ]
 
 
