@@ -1,0 +1,485 @@
+"""check_engine: notebook 07's continuous-batching engine on the learner's paged cache.
+
+The check serves small seeded workloads with the tiny model and compares against each
+request run alone (``serving.solo_run``). It watches the engine through a subclass of the
+learner's own cache and prefix cache, which change nothing but record, and stop the run at
+the first write that breaks a rule:
+
+  * every write: its positions must continue where the sequence's cached tokens end, and
+    its blocks must have been reserved (and not be shared) before the forward pass;
+  * creations after a free: a sequence freed after computing something and created again
+    was preempted and resumed;
+  * forks, and how many times each prompt position was computed;
+  * the tokens the prefix cache handed out.
+
+Parts (``parts=``), each a separate graded cell in the notebook:
+
+  batching     staggered arrivals, chunked prefill, mixed decode batches, prefix hits;
+               outputs equal solo runs; every block back on the free list afterwards
+  preemption   a pool too small for the whole batch: preemption must happen, be counted in
+               the metrics, and the outputs still equal solo runs; no block leaks
+  rejection    a request that can never fit is refused by add_request (ValueError), one that
+               exactly fits is served
+  sampling     n = 4 seeded samples: one prefill, n - 1 forks, distinct samples, each equal to
+               its solo run with its own seed, and the same seed gives the same samples
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+from ..model import tiny_qwen3
+from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
+from ..workloads import Request, serving_workload
+from .report import CheckFailed, call_learner, check, fail
+
+__all__ = ["check_engine", "PARTS"]
+
+PARTS = ("batching", "preemption", "rejection", "sampling")
+BLOCK_SIZE = 4
+CHUNK_SIZE = 8
+STEP_TOKENS = 24
+
+
+@functools.cache
+def _model():
+    return tiny_qwen3(seed=0, device="cpu")
+
+
+def _batching_workload() -> list[Request]:
+    """Eight requests, one every other step, most opening with the same 12-token system prompt."""
+    return serving_workload(
+        count=8,
+        prompt_range=(5, 30),
+        output_range=(4, 10),
+        shared_prefix_share=0.5,
+        shared_prefix_tokens=12,
+        arrival_every=2,
+        seed=4,
+    )
+
+
+def _pressure_workload() -> list[Request]:
+    """Short prompts, long answers, all at once: admission cannot foresee the growth."""
+    return serving_workload(
+        count=6,
+        prompt_range=(4, 10),
+        output_range=(18, 26),
+        shared_prefix_share=0.5,
+        shared_prefix_tokens=8,
+        arrival_every=0,
+        seed=5,
+    )
+
+
+@functools.cache
+def _solo(key: tuple[tuple[int, ...], int, float, int]) -> list[int]:
+    prompt, max_new_tokens, temperature, seed = key
+    with one_thread():
+        return solo_run(_model(), list(prompt), max_new_tokens, temperature, seed)
+
+
+def _solo_greedy(requests: list[Request]) -> dict[str, list[list[int]]]:
+    return {r.request_id: [_solo((tuple(r.prompt), r.max_new_tokens, 0.0, 0))] for r in requests}
+
+
+class _Watch:
+    """What the watched cache and prefix cache saw (owned by one scenario)."""
+
+    def __init__(self) -> None:
+        self.worked_on: set[object] = set()  # sequences written to since their creation
+        self.preempted: set[object] = set()  # freed after being written to; not yet created again
+        self.readmitted: Counter[object] = Counter()
+        self.forks: list[tuple[object, object]] = []
+        self.writes: Counter[tuple[object, int]] = Counter()  # (seq, position) -> times computed
+        self.reused_tokens = 0
+
+
+def _watched_classes(cache_class, prefix_class, watch: _Watch):
+    """Subclasses of the learner's classes that record what happens and stop a bad write."""
+
+    class WatchedCache(cache_class):
+        def create(self, seq):
+            if seq in self.tables:
+                fail(
+                    f"creating sequence {seq!r}",
+                    f"{seq!r} absent from the cache (never created, or freed since)",
+                    f"{seq!r} still holds {len(self.tables[seq])} block(s)",
+                    "a sequence that leaves the running batch (preempted or finished) must give its blocks "
+                    "back with cache.free(seq_id) before it is admitted again",
+                )
+            if seq in watch.preempted:
+                watch.readmitted[seq] += 1
+                watch.preempted.discard(seq)
+            return super().create(seq)
+
+        def free(self, seq):
+            # A sequence freed after computing something and created again later was preempted.
+            # (Freed before any write, e.g. an admission undone for lack of room, it lost nothing.)
+            if seq in watch.worked_on:
+                watch.preempted.add(seq)
+                watch.worked_on.discard(seq)
+            return super().free(seq)
+
+        def fork(self, parent, child):
+            watch.forks.append((parent, child))
+            return super().fork(parent, child)
+
+        def update(self, layer, k, v, positions, *args, **kwargs):
+            if layer == 0:
+                _verify_write(self, positions, watch)
+            return super().update(layer, k, v, positions, *args, **kwargs)
+
+    WatchedCache.__name__ = WatchedCache.__qualname__ = cache_class.__name__
+
+    class WatchedPrefixCache(prefix_class):
+        def attach(self, seq, prompt):
+            reused = super().attach(seq, prompt)
+            watch.reused_tokens += int(reused)
+            return reused
+
+    WatchedPrefixCache.__name__ = WatchedPrefixCache.__qualname__ = prefix_class.__name__
+    return WatchedCache, WatchedPrefixCache
+
+
+def _verify_write(cache, positions, watch: _Watch) -> None:
+    """Positions continue each sequence; their blocks exist and belong to it alone."""
+    batch = list(cache.batch)
+    rows = positions.expand(len(batch), -1) if positions.ndim == 1 else positions
+    size = cache.block_size
+    for row, seq in enumerate(batch):
+        written = [int(p) for p in rows[row]]
+        cached = cache.lengths[seq]
+        expected = list(range(cached, cached + len(written)))
+        if written != expected:
+            resumed = (
+                f" This sequence was preempted earlier ({watch.readmitted[seq]} time(s)): its blocks were "
+                "freed, so it restarts at position 0 (or where the prefix cache's attach left it)."
+                if watch.readmitted[seq]
+                else ""
+            )
+            fail(
+                f"a forward pass wrote sequence {seq!r} at positions {_span(written)}",
+                f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
+                f"chunk starts at position {cached}",
+                f"positions {_span(written)}",
+                "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
+                f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
+            )
+        table = cache.tables[seq]
+        if (written[-1] // size) >= len(table):
+            fail(
+                f"a forward pass wrote sequence {seq!r} up to position {written[-1]}",
+                f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
+                f"{len(table)} block(s) (room for {len(table) * size} tokens)",
+                "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
+                "writes happen inside the forward pass, where running out of blocks can no longer be "
+                "handled",
+            )
+        for position in written:
+            block = table[position // size]
+            if cache.allocator.refs[block] > 1:
+                fail(
+                    f"a forward pass wrote sequence {seq!r} at position {position} into block {block}",
+                    "a block this sequence owns alone (reserve copies a shared block before a write)",
+                    f"block {block} with reference count {cache.allocator.refs[block]}",
+                    "reserve every planned chunk before the forward pass; after a fork, reserve is what "
+                    "copies the shared last block (copy-on-write)",
+                )
+            watch.writes[(seq, position)] += 1
+        watch.worked_on.add(seq)
+
+
+def _span(positions: list[int]) -> str:
+    if not positions:
+        return "(none)"
+    return str(positions[0]) if len(positions) == 1 else f"{positions[0]}..{positions[-1]}"
+
+
+def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: _Watch):
+    model = _model()
+    config = model.config
+    watched_cache, watched_prefix = _watched_classes(cache_class, prefix_class, watch)
+    cache = call_learner(
+        f"{cache_class.__name__}(...)",
+        watched_cache,
+        config.num_hidden_layers,
+        num_blocks,
+        BLOCK_SIZE,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
+    prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
+    engine = call_learner(
+        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, "
+        f"max_step_tokens={STEP_TOKENS})",
+        engine_class,
+        model,
+        cache,
+        prefix,
+        chunk_size=CHUNK_SIZE,
+        max_step_tokens=STEP_TOKENS,
+    )
+    return engine, cache, prefix
+
+
+def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[int]]]:
+    serving = Serving(engine, requests, **options)
+    try:
+        while not serving.done:
+            call_learner("engine.step()", serving.step, scenario=scenario)
+    except CheckFailed as error:
+        if isinstance(error.__cause__, EngineStalled):
+            fail(
+                f"{scenario}: the engine stopped making progress",
+                f"all {len(requests)} requests finished within {serving.max_steps} steps",
+                str(error.__cause__),
+                "a livelock: the same sequences are admitted and preempted again and again, or waiting "
+                "requests are never admitted. On MemoryError evict from the prefix cache first, then "
+                "preempt the newest running sequence; admit the oldest waiting sequence whenever nothing "
+                "is running.",
+            )
+        raise
+    return serving.outputs
+
+
+def _compare_outputs(scenario: str, expected: dict, got: dict, hint: str) -> None:
+    for request_id, samples in expected.items():
+        if request_id not in got:
+            fail(
+                f"{scenario}: request {request_id!r} never came back from step()",
+                samples,
+                "(missing)",
+                "step() returns {request_id: [output of each sample]} for every request that finished in it",
+            )
+        if got[request_id] != samples:
+            mine, solo = got[request_id], samples
+            where = next(
+                (i for i, (a, b) in enumerate(zip(solo[0], mine[0] if mine else [], strict=False)) if a != b),
+                None,
+            )
+            at = f" (first difference at output token {where})" if where is not None else ""
+            fail(f"{scenario}: request {request_id!r} differs from its solo run{at}", solo, mine, hint)
+
+
+def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
+    """After every request finished and the prefix cache let go, the pool is whole again."""
+    allocator = cache.allocator
+    total = len(allocator.refs)
+    call_learner("prefix_cache.evict(num_blocks)", prefix.evict, total, scenario=scenario)
+    live = [seq for seq in cache.tables]
+    held = [block for block, refs in enumerate(allocator.refs) if refs != 0]
+    if live or allocator.num_free != total or held:
+        fail(
+            f"{scenario}: after all requests finished and the prefix cache was cleared (evict({total}))",
+            f"all {total} blocks on the free list, no sequence left in the cache",
+            f"{allocator.num_free} free; blocks still referenced: "
+            f"{held[:12]}{' ...' if len(held) > 12 else ''}; sequences still in the cache: {live[:8]}",
+            "blocks leaked: free a sequence's blocks (cache.free) when it finishes and when it is "
+            "preempted, and never share a block without a matching release",
+        )
+
+
+def _part_batching(engine_class, cache_class, prefix_class) -> None:
+    scenario = (
+        "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
+    )
+    requests = _batching_workload()
+    watch = _Watch()
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
+    outputs = _serve(engine, requests, scenario)
+    _compare_outputs(
+        scenario,
+        _solo_greedy(requests),
+        outputs,
+        "greedy outputs must not depend on batching: check each chunk's tokens and positions, and sample "
+        "only when a sequence's last known token has just been computed",
+    )
+    if watch.reused_tokens == 0:
+        fail(
+            f"{scenario}: prefix reuse",
+            "some prompt tokens reused from the prefix cache (attach > 0)",
+            "0 tokens reused",
+            "admit each sequence with prefix_cache.attach(seq_id, tokens) and publish its full blocks with "
+            "prefix_cache.remember(seq_id, tokens) after each prefill chunk",
+        )
+    if not 0 < engine.metrics.prefix_hit_tokens <= watch.reused_tokens:
+        fail(
+            f"{scenario}: metrics",
+            f"metrics.prefix_hit_tokens between 1 and {watch.reused_tokens} (the tokens attach returned)",
+            engine.metrics.prefix_hit_tokens,
+            "call self.metrics.record_admission(seq, reused) once per admission with attach's return value",
+        )
+    _expect_all_blocks_free(scenario, cache, prefix)
+
+
+def _part_preemption(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 16
+    scenario = f"six requests at once in a pool of {num_blocks} blocks of {BLOCK_SIZE} (memory pressure)"
+    requests = _pressure_workload()
+    watch = _Watch()
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
+    outputs = _serve(engine, requests, scenario)
+    preempted = sum(watch.readmitted.values())
+    if preempted == 0:
+        fail(
+            f"{scenario}: preemption",
+            "at least one sequence freed and readmitted later (preempted)",
+            "no sequence was ever preempted",
+            "admit a waiting sequence when its prompt fits; when reserve later raises MemoryError, evict "
+            "from the prefix cache, then preempt the newest running sequence (free its blocks, put it back "
+            "at the front of the waiting queue)",
+        )
+    _compare_outputs(
+        scenario,
+        _solo_greedy(requests),
+        outputs,
+        f"{preempted} preemption(s) happened: a preempted sequence keeps its output and is recomputed "
+        "(prompt + output so far) from position 0, or from what attach returns, before sampling again",
+    )
+    if engine.metrics.preemptions < preempted:
+        fail(
+            f"{scenario}: metrics",
+            f"metrics.preemptions >= {preempted} (sequences freed, then readmitted)",
+            engine.metrics.preemptions,
+            "call self.metrics.record_preemption(seq) once in each preemption",
+        )
+    _expect_all_blocks_free(scenario, cache, prefix)
+
+
+def _part_rejection(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 8
+    capacity = num_blocks * BLOCK_SIZE
+    scenario = f"a pool of {num_blocks} blocks of {BLOCK_SIZE} tokens ({capacity} tokens)"
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, _Watch())
+    too_long = list(range(1, capacity - 2))
+    try:
+        engine.add_request("too_long", too_long, 5)
+    except ValueError:
+        pass
+    except NotImplementedError as error:
+        raise CheckFailed("not implemented yet: add_request raised NotImplementedError") from error
+    except Exception as error:  # a clear error, but the wrong kind
+        fail(
+            f"{scenario}: add_request of {len(too_long)} + 5 tokens",
+            "ValueError",
+            f"{type(error).__name__}: {error}",
+            "reject a request that can never fit with a ValueError naming it, before it joins the queue",
+        )
+    else:
+        fail(
+            f"{scenario}: add_request of {len(too_long)} + 5 = {len(too_long) + 5} tokens",
+            "ValueError at once: the request can never fit, even alone in an empty pool",
+            "the request was accepted (serving it would preempt forever)",
+            "in add_request, compare cache.blocks_needed(len(prompt) + max_new_tokens) with the pool's size",
+        )
+    if call_learner("engine.has_unfinished()", engine.has_unfinished, scenario=scenario):
+        fail(
+            f"{scenario}: after the rejection",
+            "has_unfinished() is False (nothing was queued)",
+            True,
+            "validate before appending the request to the waiting queue",
+        )
+    fits = Request("fits_exactly", list(range(1, capacity - 4)), 5)
+    outputs = _serve(engine, [fits], f"{scenario}: a request of exactly {capacity} tokens")
+    _compare_outputs(
+        f"{scenario}: a request of exactly {capacity} tokens",
+        _solo_greedy([fits]),
+        outputs,
+        "a request that fits the whole pool must be served (alone, after evicting the prefix cache)",
+    )
+    _expect_all_blocks_free(scenario, cache, prefix)
+
+
+def _part_sampling(engine_class, cache_class, prefix_class) -> None:
+    n, seed, temperature, max_new = 4, 11, 1.0, 6
+    prompt = serving_workload(count=1, prompt_range=(14, 14), shared_prefix_share=0.0, seed=7)[0].prompt
+    request = Request("sampled", prompt, max_new)
+    scenario = (
+        f"one request with n={n} samples, temperature {temperature}, seed {seed}, prompt of {len(prompt)}"
+    )
+    expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
+    runs = []
+    for attempt in range(2):
+        watch = _Watch()
+        engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 64, watch)
+        outputs = _serve(engine, [request], scenario, n=n, temperature=temperature, seed=seed)
+        got = outputs.get("sampled")
+        if got is None or len(got) != n:
+            fail(
+                f"{scenario}: step() results",
+                f"a list of {n} outputs for 'sampled'",
+                got,
+                "return all n samples of a request together, ordered by sample index, once the last finishes",
+            )
+        if attempt == 0:
+            _expect_sampling_structure(scenario, got, expected, prompt, watch, n, seed)
+        runs.append(got)
+        _expect_all_blocks_free(scenario, cache, prefix)
+    if runs[0] != runs[1]:
+        fail(
+            f"{scenario}: run twice",
+            runs[0],
+            runs[1],
+            "the same seed must give the same samples: draw with sample_token(logits, temperature, "
+            "seq.seed, len(seq.output)) and no other randomness",
+        )
+
+
+def _expect_sampling_structure(scenario, got, expected, prompt, watch: _Watch, n: int, seed: int) -> None:
+    if len({tuple(sample) for sample in got}) == 1:
+        fail(
+            f"{scenario}: the samples",
+            f"{n} different samples",
+            f"{n} identical samples: {got[0]}",
+            "every sample needs its own seed: sample i draws with sample_seed(request_seed, i), not the "
+            "request's seed",
+        )
+    computed: Counter[int] = Counter()  # prompt position -> times computed, over all samples
+    for (_, position), times in watch.writes.items():
+        if position < len(prompt):
+            computed[position] += times
+    prefills = max(computed.values(), default=0)
+    if prefills != 1 or len(watch.forks) != n - 1:
+        fail(
+            f"{scenario}: how the samples were made",
+            f"the prompt computed once, then {n - 1} forks (cache.fork) sharing its blocks",
+            f"the prompt computed {prefills} time(s), {len(watch.forks)} fork(s)",
+            "prefill the request once; when its prompt is complete, fork the sequence n - 1 times so the "
+            "samples share the prompt's blocks, then let each sample draw its first token from the same "
+            "logits",
+        )
+    if got != expected:
+        index = next(i for i in range(n) if got[i] != expected[i])
+        fail(
+            f"{scenario}: sample {index}",
+            expected[index],
+            got[index],
+            f"sample {index} must equal a solo run seeded sample_seed({seed}, {index}); each sample draws "
+            "token t with sample_token(logits, temperature, its seed, t), from the logits of its own last "
+            "token",
+        )
+
+
+@check
+def check_engine(engine_class, cache_class, prefix_cache_class, parts=PARTS) -> None:
+    """Check the learner's continuous-batching engine on their paged cache and prefix cache.
+
+    ``engine_class(model, cache, prefix_cache, chunk_size=..., max_step_tokens=...)`` must offer
+    ``add_request``, ``step``, ``has_unfinished``, ``running``, ``metrics`` and ``cache`` (see
+    ``paged_helpers.serving.driver``). ``parts`` selects among PARTS (default: all).
+    """
+    parts = (parts,) if isinstance(parts, str) else tuple(parts)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts:
+        raise ValueError(f"parts must be a non-empty selection of {PARTS}; got {parts}")
+    runners = {
+        "batching": _part_batching,
+        "preemption": _part_preemption,
+        "rejection": _part_rejection,
+        "sampling": _part_sampling,
+    }
+    with one_thread():
+        for part in parts:
+            runners[part](engine_class, cache_class, prefix_cache_class)

@@ -1,0 +1,252 @@
+"""check_engine: the instructor's engine (notebook 07) passes; realistic wrong engines fail with a
+message that names the bug; the student release fails with "not implemented yet".
+
+Wrong engines are subclasses of the instructor's ContinuousBatchingEngine that override one
+method with one mistake.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import solution
+from student_release import release_definition
+
+from paged_helpers.checks import NotImplementedYet, check_engine
+from paged_helpers.serving import Sequence, sample_seed
+
+NOTEBOOK = "07_continuous_batching"
+EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "05_prefix_caching")
+
+
+@pytest.fixture(scope="module")
+def right():
+    return (
+        solution(NOTEBOOK, "ContinuousBatchingEngine"),
+        solution("04_fork_and_copy_on_write", "PagedKVCache"),
+        solution("05_prefix_caching", "PrefixCache"),
+    )
+
+
+def _finish_without_free(self, seq, finished):
+    self.running.remove(seq)
+    samples = self.finished_samples[seq.request_id]
+    samples[seq.sample_index] = seq.output
+    if len(samples) == seq.n:
+        finished[seq.request_id] = [samples[i] for i in range(seq.n)]
+
+
+def _reserve_nothing(self, plan):
+    return plan
+
+
+def _reserve_or_wait(self, plan):
+    """On MemoryError, leave the sequence out of this step and hope memory frees up."""
+    kept = []
+    for seq, count in plan:
+        try:
+            self.cache.reserve(seq.seq_id, count)
+            kept.append((seq, count))
+        except MemoryError:
+            self._make_room(self.cache.allocator.num_free + 1)
+    return kept
+
+
+def _preempt_without_free(self, seq):
+    seq.num_cached = 0
+    self.running.remove(seq)
+    self.waiting.appendleft(seq)
+    self.metrics.record_preemption(seq)
+
+
+def _preempt_uncounted(self, seq):
+    self.cache.free(seq.seq_id)
+    seq.num_cached = 0
+    self.running.remove(seq)
+    self.waiting.appendleft(seq)
+
+
+@torch.no_grad()
+def _forward_positions_from_zero(self, plan):
+    logits = {}
+    for count in sorted({count for _, count in plan}):
+        group = [seq for seq, c in plan if c == count]
+        tokens = torch.tensor([seq.tokens[seq.num_cached : seq.num_cached + count] for seq in group])
+        positions = torch.arange(count).expand(len(group), count)  # forgot the offset num_cached
+        self.cache.set_batch([seq.seq_id for seq in group])
+        out = self.model(tokens, positions, self.cache)
+        logits.update({seq.seq_id: out[row, -1] for row, seq in enumerate(group)})
+    return logits
+
+
+def _add_request_without_check(self, request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0):
+    self.request_seeds[request_id] = seed
+    self.finished_samples[request_id] = {}
+    self.waiting.append(
+        Sequence(
+            request_id,
+            request_id,
+            list(prompt),
+            max_new_tokens,
+            n=n,
+            seed=sample_seed(seed, 0),
+            temperature=temperature,
+        )
+    )
+
+
+def _add_request_unforked(self, request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0):
+    """n independent sequences, each prefilling the prompt itself: no fork, no sharing."""
+    self.request_seeds[request_id] = seed
+    self.finished_samples[request_id] = {}
+    for index in range(n):
+        self.waiting.append(
+            Sequence(
+                f"{request_id}/{index}",
+                request_id,
+                list(prompt),
+                max_new_tokens,
+                n=n,
+                sample_index=index,
+                seed=sample_seed(seed, index),
+                temperature=temperature,
+                forked=True,
+            )
+        )
+
+
+def _fork_with_parent_seed(self, parent):
+    children = []
+    for index in range(1, parent.n):
+        child = Sequence(
+            f"{parent.request_id}/{index}",
+            parent.request_id,
+            parent.prompt,
+            parent.max_new_tokens,
+            n=parent.n,
+            sample_index=index,
+            seed=parent.seed,
+            temperature=parent.temperature,
+            num_cached=parent.num_cached,
+            forked=True,
+        )
+        self.cache.fork(parent.seq_id, child.seq_id)
+        children.append(child)
+    parent.forked = True
+    self.running.extend(children)
+    return children
+
+
+def _make_room_without_eviction(self, blocks):
+    return self.cache.allocator.num_free >= blocks
+
+
+def _advance_without_remember(self, plan, logits):
+    prefix_cache = self.prefix_cache
+
+    class Forgetful:
+        def remember(self, seq, tokens):
+            pass
+
+    self.prefix_cache = Forgetful()
+    try:
+        return type(self).__mro__[1]._advance(self, plan, logits)
+    finally:
+        self.prefix_cache = prefix_cache
+
+
+def _advance_sampling_every_chunk(self, plan, logits):
+    """Samples after every chunk, also from the logits of a chunk in the middle of a prompt."""
+    finished = {}
+    for seq, count in plan:
+        seq.num_cached += count
+        if count > 1:
+            self.prefix_cache.remember(seq.seq_id, seq.tokens[: seq.num_cached])
+        seq.output.append(int(torch.argmax(logits[seq.seq_id])))
+        self.metrics.record_token(seq)
+        if seq.is_finished:
+            self._finish(seq, finished)
+    return finished
+
+
+def _admit_unrecorded(self):
+    """Admits correctly but never tells the metrics (record_admission forgotten)."""
+    metrics = self.metrics
+    self.metrics = type(metrics)()
+    try:
+        type(self).__mro__[1]._admit(self)
+    finally:
+        self.metrics = metrics
+
+
+WRONG = {
+    "leaks_blocks_at_finish": dict(_finish=_finish_without_free),
+    "no_reserve_before_forward": dict(_reserve=_reserve_nothing),
+    "waits_instead_of_preempting": dict(_reserve=_reserve_or_wait),
+    "preempt_keeps_blocks": dict(_preempt=_preempt_without_free),
+    "preemption_not_counted": dict(_preempt=_preempt_uncounted),
+    "chunk_positions_from_zero": dict(_forward=_forward_positions_from_zero),
+    "accepts_impossible_request": dict(add_request=_add_request_without_check),
+    "samples_without_fork": dict(add_request=_add_request_unforked),
+    "samples_share_one_seed": dict(_fork_samples=_fork_with_parent_seed),
+    "never_remembers_prefix": dict(_advance=_advance_without_remember),
+    "samples_mid_prompt": dict(_advance=_advance_sampling_every_chunk),
+    "never_evicts_prefix_cache": dict(_make_room=_make_room_without_eviction),
+    "admissions_not_recorded": dict(_admit=_admit_unrecorded),
+}
+
+MESSAGES = {
+    "leaks_blocks_at_finish": ("batching", ["blocks leaked", "sequences still in the cache", "cache.free"]),
+    "no_reserve_before_forward": ("batching", ["reserved before the forward pass", "call cache.reserve"]),
+    "waits_instead_of_preempting": (
+        "preemption",
+        ["stopped making progress", "livelock", "preempt the newest"],
+    ),
+    "preempt_keeps_blocks": ("preemption", ["still holds", "cache.free(seq_id) before it is admitted again"]),
+    "preemption_not_counted": ("preemption", ["metrics.preemptions", "record_preemption"]),
+    "chunk_positions_from_zero": ("batching", ["positions", "starts at position", "num_cached + 1"]),
+    "accepts_impossible_request": ("rejection", ["ValueError at once", "the request was accepted"]),
+    "samples_without_fork": (
+        "sampling",
+        ["the prompt computed 4 time(s), 0 fork(s)", "fork the sequence n - 1"],
+    ),
+    "samples_share_one_seed": ("sampling", ["4 identical samples", "its own seed"]),
+    "never_remembers_prefix": ("batching", ["0 tokens reused", "prefix_cache.remember"]),
+    "samples_mid_prompt": ("batching", ["differs from its solo run", "sample only when"]),
+    "never_evicts_prefix_cache": (
+        "preemption",
+        ["stopped making progress", "evict from the prefix cache first"],
+    ),
+    "admissions_not_recorded": ("batching", ["metrics.prefix_hit_tokens", "record_admission(seq, reused)"]),
+}
+
+
+def test_every_wrong_engine_has_expected_words():
+    assert set(WRONG) == set(MESSAGES)
+
+
+@pytest.mark.parametrize("part", ["batching", "preemption", "rejection", "sampling"])
+def test_right_engine_passes(part, right):
+    check_engine(*right, parts=part)
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_check_names_the_bug(bug, right, failing_message):
+    engine, cache, prefix = right
+    wrong = type(bug, (engine,), WRONG[bug])
+    part, words = MESSAGES[bug]
+    message = failing_message(lambda *impl: check_engine(*impl, parts=part), wrong, cache, prefix)
+    for word in words:
+        assert word in message, f"{bug}: {word!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+def test_unknown_part_is_named(right):
+    with pytest.raises(ValueError, match="parts must be"):
+        check_engine(*right, parts="speed")
+
+
+def test_release_says_not_implemented_yet(tmp_path, right):
+    released = release_definition(tmp_path, NOTEBOOK, "ContinuousBatchingEngine", finished=EARLIER)
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_engine(released, right[1], right[2], parts="batching")
