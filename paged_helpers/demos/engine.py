@@ -15,22 +15,18 @@ The classes come from the notebooks in ``--impl`` (default: the course's noteboo
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..model import tiny_qwen3
-from ..notebook_loader import load_from_notebook
 from ..serving import BusyClock, EngineMetrics, ProgressBar, Serving, one_thread
 from ..workloads import serving_workload
+from .implementation import add_impl_argument, load_impl
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
-
-def load_learner_engine(impl: str | Path = NOTEBOOKS):
-    """(ContinuousBatchingEngine, PagedKVCache, PrefixCache) from the learner's notebooks."""
-    search = [Path(impl)]
-    engine_class = load_from_notebook("07_continuous_batching", "ContinuousBatchingEngine", search=search)
-    cache_class = load_from_notebook("04_fork_and_copy_on_write", "PagedKVCache", search=search)
-    prefix_class = load_from_notebook("05_prefix_caching", "PrefixCache", search=search)
+def load_learner_engine(args: argparse.Namespace):
+    """(ContinuousBatchingEngine, PagedKVCache, PrefixCache) from the notebooks in ``args.impl``."""
+    engine_class = load_impl(args, "07_continuous_batching", "ContinuousBatchingEngine")
+    cache_class = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")
+    prefix_class = load_impl(args, "05_prefix_caching", "PrefixCache")
     return engine_class, cache_class, prefix_class
 
 
@@ -168,9 +164,7 @@ def format_table(table: dict[str, float | int]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--impl", default=str(NOTEBOOKS), help="folder with notebooks 04, 05 and 07 (default: notebooks/)"
-    )
+    add_impl_argument(parser)
     parser.add_argument("--requests", type=int, default=48, help="requests in the workload (default 48)")
     parser.add_argument(
         "--slots", type=int, default=2, help="static slots; sets the shared KV budget (default 4)"
@@ -185,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, float | int]:
-    engine_class, cache_class, prefix_class = load_learner_engine(args.impl)
+    engine_class, cache_class, prefix_class = load_learner_engine(args)
     table, static, paged = compare_engines(
         engine_class,
         cache_class,

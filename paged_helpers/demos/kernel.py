@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 
 from ..device import DEVICE, INFO
 from ..reference import paged_decode_reference
+from .implementation import add_impl_argument, load_impl
 
 __all__ = ["add_arguments", "run", "benchmark", "correctness_pass", "format_result", "peak_bandwidth_gbs"]
 
@@ -220,13 +220,8 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _default_impl() -> Path:
-    course_notebooks = Path(__file__).resolve().parents[2] / "notebooks"
-    return course_notebooks if course_notebooks.is_dir() else Path.cwd()
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--impl", type=Path, default=None, help="folder with 06_paged_decode_kernel.ipynb")
+    add_impl_argument(parser)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--context-lengths", type=int, nargs="+", default=[512, 2048, 8192])
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[16, 32, 64, 128])
@@ -235,12 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ..notebook_loader import load_from_notebook
-
-    folder = args.impl if args.impl is not None else _default_impl()
-    paged_decode_attention = load_from_notebook(
-        "06_paged_decode_kernel", "paged_decode_attention", search=[folder]
-    )
+    paged_decode_attention = load_impl(args, "06_paged_decode_kernel", "paged_decode_attention")
     return benchmark(
         paged_decode_attention,
         batch_sizes=args.batch_sizes,
