@@ -1,0 +1,163 @@
+"""BlockTableView: a live picture of a paged cache's pool and block tables.
+
+    view = ph.widgets.BlockTableView(cache)       # displays in the notebook
+    cache.fork("A", "B"); view.refresh()          # the picture above follows
+
+The pool is a grid of physical blocks; each tile shows the sequences using the block (a
+coloured chip with the name), its reference count, how many slots are written, and whether it
+is free or held only by the prefix cache. Under it, each sequence's block table as a row of
+logical -> physical entries. Shared blocks have a thick border; a block that copy-on-write has
+just copied has a double border and says "copy of N". Bookkeeping that breaks the chapter's
+invariants (a refcount below the number of tables pointing at a block, a used block on the free
+list, a leaked block) is flagged on the tile instead of raising, so a learner sees the bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import traitlets
+
+from . import display, render
+from .palette import SequenceColours
+from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool
+
+
+class BlockTableView(traitlets.HasTraits):
+    """A picture of ``cache`` (and, optionally, which blocks ``prefix_cache`` holds).
+
+    The traits below hold what was read at the last ``refresh()`` as plain JSON, sequences
+    named by ``str(seq)``; they are the widget's state, and tests compare them to the cache.
+    The view never changes the cache and never keeps a reference to its lists.
+
+    ``copies`` lists the table entries that changed block since the previous refresh, which in
+    the chapter's cache only copy-on-write does: {"seq", "logical", "source", "target"}.
+
+    Display it as a cell's last expression (or with ``display``); use ``.widget`` to put it
+    inside another ipywidgets layout, and ``to_html()`` for a static picture.
+    """
+
+    num_blocks = traitlets.Int(0)
+    block_size = traitlets.Int(0)
+    tables = traitlets.Dict()
+    lengths = traitlets.Dict()
+    refs = traitlets.List()
+    free = traitlets.List()
+    shared = traitlets.List()
+    cached_only = traitlets.List()
+    copies = traitlets.List()
+    problems = traitlets.List()
+    error = traitlets.Unicode("")
+    presentation = traitlets.Bool(False)
+
+    def __init__(self, cache: Any, prefix_cache: Any = None, *, presentation: bool = False, columns: int = 8):
+        super().__init__()
+        self.cache = cache
+        self.prefix_cache = prefix_cache
+        self.columns = columns
+        self.colours = SequenceColours()
+        self.state: PoolState | None = None
+        self._previous_tables: dict[str, list[int]] | None = None
+        self._picture: Any = None
+        self._widget: Any = None
+        self.presentation = presentation
+        self.refresh()
+
+    def set_cache(self, cache: Any, prefix_cache: Any = None) -> None:
+        """Show another cache from now on (forgets the previous tables, so no copies are marked)."""
+        self.cache, self.prefix_cache = cache, prefix_cache
+        self.colours = SequenceColours()
+        self._previous_tables = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the cache again and redraw. Returns None, so a cell ending in it displays nothing new."""
+        try:
+            state = read_pool(self.cache, self.prefix_cache)
+        except UnreadableCache as error:
+            self._show_error(str(error))
+            return
+        except Exception as error:  # a half-written learner cache: say what broke, draw nothing
+            self._show_error(f"could not read the cache ({type(error).__name__}: {error})")
+            return
+        copies = find_copies(self._previous_tables, state.tables) if self._previous_tables is not None else []
+        self._previous_tables = {label: list(table) for label, table in state.tables.items()}
+        self.state = state
+        with self.hold_trait_notifications():
+            self.error = ""
+            self.num_blocks = state.num_blocks
+            self.block_size = state.block_size
+            self.tables = {label: list(table) for label, table in state.tables.items()}
+            self.lengths = dict(state.lengths)
+            self.refs = [block.refs for block in state.blocks]
+            self.free = list(state.free_list)
+            self.shared = state.shared
+            self.cached_only = state.cached_only
+            self.copies = [dataclasses.asdict(copy) for copy in copies]
+            self.problems = list(state.problems) + [
+                f"block {block.index}: {block.problem}" for block in state.blocks if block.problem
+            ]
+        self._redraw()
+
+    def _show_error(self, text: str) -> None:
+        self.state = None
+        self.error = text
+        self._redraw()
+
+    @traitlets.observe("presentation")
+    def _presentation_changed(self, change: dict) -> None:
+        self._redraw()
+
+    def picture_html(self) -> str:
+        """The picture without its page wrapper, for widgets that compose it with more."""
+        if self.state is None:
+            return render.error_box(self.error)
+        copies = [Copy(**copy) for copy in self.copies]
+        return render.pool_picture(self.state, self.colours, copies, self.columns)
+
+    def to_html(self) -> str:
+        """The static picture (what an HTML export or nbgrader feedback shows)."""
+        return render.page(self.picture_html(), kind="block-table-view", presentation=self.presentation)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def _redraw(self) -> None:
+        if self._picture is not None:
+            self._picture.value = self.to_html()
+
+    @property
+    def picture(self) -> Any:
+        """The ipywidgets.HTML that shows the picture, kept up to date by refresh()."""
+        if self._picture is None:
+            import ipywidgets
+
+            self._picture = ipywidgets.HTML(self.to_html())
+        return self._picture
+
+    @property
+    def widget(self) -> Any:
+        """The live widget: the picture and a Refresh button (built on first use)."""
+        if self._widget is None:
+            import ipywidgets
+
+            button = ipywidgets.Button(description="Refresh", icon="refresh", tooltip="Read the cache again")
+            button.on_click(lambda _button: self.refresh())
+            self._widget = ipywidgets.VBox([self.picture, button])
+            self._widget.add_class("ph-block-table-view-widget")
+        return self._widget
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return display.mimebundle(lambda: self.widget, self.to_html(), self._plain())
+
+    def _plain(self) -> str:
+        if self.state is None:
+            return f"BlockTableView: {self.error}"
+        return (
+            f"BlockTableView: {self.num_blocks} blocks of {self.block_size}, {len(self.free)} free, "
+            f"{len(self.tables)} sequences, shared blocks {self.shared}"
+        )
+
+    def __repr__(self) -> str:
+        return self._plain()

@@ -1,0 +1,279 @@
+"""Static HTML pictures of the pool, the block tables and the prefix cache.
+
+The live widgets show exactly these pictures (inside an ``ipywidgets.HTML``), and the same
+HTML is each widget's ``text/html`` fallback, so a notebook exported to HTML, or nbgrader's
+feedback, shows the same picture without a running kernel.
+
+Everything is inline-styled HTML (JupyterLab's sanitiser keeps inline styles where it would
+drop a <style> element), sized in em so presentation mode scales it with one font size.
+Elements carry ``ph-*`` classes and ``data-*`` attributes (block, refs, seq, copy-of) so tests
+and a browser can find a block without parsing text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+
+from . import palette
+from .palette import SequenceColours
+from .state import BlockState, Copy, PoolState
+
+NORMAL_FONT_PX = 13
+PRESENTATION_FONT_PX = 24
+
+
+def page(body: str, *, kind: str, presentation: bool = False) -> str:
+    """The root element every picture sits in: theme colours, font, and the presentation scale."""
+    size = PRESENTATION_FONT_PX if presentation else NORMAL_FONT_PX
+    mode = " ph-presentation" if presentation else ""
+    return (
+        f'<div class="ph-widget ph-{kind}{mode}" style="font-family:{palette.FONT};font-size:{size}px;'
+        f'color:{palette.TEXT};line-height:1.35;padding:0.3em 0;white-space:normal;overflow-wrap:anywhere">'
+        f"{body}</div>"
+    )
+
+
+def chip(label: str, colour: str, *, title: str = "") -> str:
+    """A sequence's name on its colour: colour plus text, so it reads without colour vision."""
+    tip = f' title="{escape(title)}"' if title else ""
+    return (
+        f'<span class="ph-chip" data-seq="{escape(label)}"{tip} style="display:inline-block;min-width:1.3em;'
+        f"padding:0 0.3em;margin:0.1em 0.15em 0.1em 0;border-radius:0.3em;text-align:center;"
+        f'background:{colour};color:{palette.text_on(colour)};font-weight:600">{escape(label)}</span>'
+    )
+
+
+def _holder_chips(block: BlockState, colours: SequenceColours) -> str:
+    chips = [chip(label, colours(label), title=f"sequence {label}") for label in block.users]
+    if block.cached:
+        chips.append(chip("cache", palette.PREFIX_CACHE_COLOUR, title="held by the prefix cache"))
+    if block.others:
+        chips.append(chip(f"+{block.others}", palette.OTHER_HOLDER_COLOUR, title="references held elsewhere"))
+    return "".join(chips)
+
+
+def _fill_bar(filled: int, block_size: int) -> str:
+    percent = 100 * filled / block_size if block_size else 0
+    return (
+        f'<div class="ph-fill" data-filled="{filled}" title="{filled} of {block_size} slots written" '
+        f'style="display:flex;align-items:center;gap:0.3em;font-size:0.8em;color:{palette.MUTED_TEXT}">'
+        f'<span style="flex:1;height:0.5em;border:1px solid {palette.BORDER};border-radius:0.2em">'
+        f'<span style="display:block;height:100%;width:{percent:.0f}%;'
+        f'background:{palette.TEXT}"></span></span>'
+        f"{filled}/{block_size}</div>"
+    )
+
+
+def block_tile(block: BlockState, colours: SequenceColours, block_size: int, copied_from: int | None) -> str:
+    """One physical block: number, refcount, holders, fill, and what is special about it."""
+    classes = ["ph-block"]
+    notes = []
+    border = f"1px solid {palette.BORDER}"
+    if block.free and block.refs == 0:
+        classes.append("ph-free")
+        border = f"1px dashed {palette.BORDER}"
+        notes.append("free")
+    if block.shared:
+        classes.append("ph-shared")
+        border = f"3px solid {palette.TEXT}"
+        notes.append(f"shared by {block.refs}")
+    if block.cached_only:
+        classes.append("ph-cached-only")
+        notes.append("cached only")
+    if copied_from is not None:
+        classes.append("ph-copy")
+        border = f"4px double {palette.TEXT}"
+        notes.insert(0, f"copy of {copied_from}")
+    if block.problem:
+        classes.append("ph-problem")
+        border = f"3px solid {palette.WARNING}"
+        notes.append(f"\u26a0 {block.problem}")
+    copy_attr = f' data-copy-of="{copied_from}"' if copied_from is not None else ""
+    muted = f"color:{palette.MUTED_TEXT};" if "ph-free" in classes else ""
+    note_html = "<br>".join(escape(n) for n in notes) or "&nbsp;"
+    return (
+        f'<div class="{" ".join(classes)}" data-block="{block.index}" data-refs="{block.refs}"{copy_attr} '
+        f'style="box-sizing:border-box;flex:none;width:7.2em;min-height:6.2em;padding:0.3em;border:{border};'
+        f'border-radius:0.35em;background:{palette.TILE};{muted}">'
+        f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
+        f'<span class="ph-block-number" style="font-weight:700;font-size:1.15em">{block.index}</span>'
+        f'<span class="ph-refs" style="font-family:{palette.MONO}">ref {block.refs}</span></div>'
+        f'<div class="ph-holders" style="min-height:1.5em">{_holder_chips(block, colours)}</div>'
+        f"{_fill_bar(block.filled, block_size)}"
+        f'<div class="ph-note" style="font-size:0.8em;margin-top:0.15em">{note_html}</div></div>'
+    )
+
+
+def _table_entry(logical: int, block: int, shared: bool, copied: bool) -> str:
+    classes = "ph-entry" + (" ph-shared" if shared else "") + (" ph-copy" if copied else "")
+    border = f"4px double {palette.TEXT}" if copied else f"{3 if shared else 1}px solid {palette.BORDER}"
+    if shared and not copied:
+        border = f"3px solid {palette.TEXT}"
+    return (
+        f'<span class="{classes}" data-logical="{logical}" data-block="{block}" '
+        f'style="display:inline-block;margin:0.1em 0.2em 0.1em 0;padding:0.05em 0.4em;border:{border};'
+        f'border-radius:0.3em;font-family:{palette.MONO}">{logical}\u2192{block}</span>'
+    )
+
+
+def block_tables(state: PoolState, colours: SequenceColours, copies: Sequence[Copy]) -> str:
+    """Each sequence's block table as a row of logical -> physical entries."""
+    copied = {(c.seq, c.logical) for c in copies}
+    shared = set(state.shared)
+    rows = []
+    for label, table in state.tables.items():
+        entries = (
+            "".join(
+                _table_entry(logical, block, block in shared, (label, logical) in copied)
+                for logical, block in enumerate(table)
+            )
+            or f'<span style="color:{palette.MUTED_TEXT}">(no blocks yet)</span>'
+        )
+        tokens = state.lengths.get(label, 0)
+        rows.append(
+            f'<div class="ph-table" data-seq="{escape(label)}" style="margin:0.15em 0">'
+            f"{chip(label, colours(label))}"
+            f'<span style="display:inline-block;min-width:5.5em;color:{palette.MUTED_TEXT}">'
+            f"{tokens} token{'s' if tokens != 1 else ''}</span>{entries}</div>"
+        )
+    if not rows:
+        rows.append(f'<div style="color:{palette.MUTED_TEXT}">no sequences</div>')
+    return '<div class="ph-tables">' + "".join(rows) + "</div>"
+
+
+def pool_picture(state: PoolState, colours: SequenceColours, copies: Sequence[Copy] = (), columns: int = 8) -> str:
+    """The pool as a grid of tiles (``columns`` a row at most), a summary, the tables and a legend."""
+    for label in state.tables:  # colours follow creation order, not the order tiles are drawn in
+        colours(label)
+    copied_from = {c.target: c.source for c in copies}
+    tiles = "".join(
+        block_tile(block, colours, state.block_size, copied_from.get(block.index)) for block in state.blocks
+    )
+    summary = (
+        f"{state.num_blocks} blocks of {state.block_size} slots \u00b7 {state.num_free} free \u00b7 "
+        f"{len(state.shared)} shared \u00b7 "
+        f"{len(state.tables)} sequence{'s' if len(state.tables) != 1 else ''}"
+    )
+    if state.cached_only:
+        summary += f" \u00b7 {len(state.cached_only)} held only by the prefix cache"
+    # A wrapping flex row, not a grid: its narrowest size is one tile, so a narrow output area
+    # (or presentation mode's large type) wraps the tiles instead of widening the whole output.
+    problems = "".join(
+        f'<div class="ph-problem-line" style="color:{palette.WARNING}">\u26a0 {escape(p)}</div>' for p in state.problems
+    )
+    return (
+        f'<div class="ph-summary" data-free="{state.num_free}" style="font-weight:600;margin-bottom:0.3em">'
+        f"{summary}</div>{problems}"
+        f'<div class="ph-pool" style="display:flex;flex-wrap:wrap;gap:0.35em;'
+        f'max-width:{columns * 7.2 + (columns - 1) * 0.35:.2f}em">'
+        f"{tiles}</div>"
+        f'<div style="margin-top:0.5em;font-weight:600">Block tables (logical \u2192 physical)</div>'
+        f"{block_tables(state, colours, copies)}{legend()}"
+    )
+
+
+def legend() -> str:
+    items = [
+        "ref N: how many tables (and caches) point at the block",
+        "thick border: shared",
+        "double border: just copied by copy-on-write",
+        "dashed: free",
+        "bar: slots written",
+    ]
+    return (
+        f'<div class="ph-legend" style="margin-top:0.4em;font-size:0.8em;color:{palette.MUTED_TEXT}">'
+        + " \u00b7 ".join(items)
+        + "</div>"
+    )
+
+
+def message_lines(lines: Iterable[str], latest_first: bool = True) -> str:
+    """The demo's step log: the latest step large, the earlier ones small and muted."""
+    lines = list(lines)
+    if not lines:
+        return ""
+    ordered = list(reversed(lines)) if latest_first else lines
+    latest, earlier = ordered[0], ordered[1:]
+    return (
+        f'<div class="ph-message" role="status" aria-live="polite" '
+        f'style="font-size:1.1em;font-weight:600;margin:0.3em 0">{escape(latest)}</div>'
+        + "".join(
+            f'<div class="ph-earlier" style="font-size:0.85em;color:{palette.MUTED_TEXT}">{escape(line)}</div>'
+            for line in earlier
+        )
+    )
+
+
+def error_box(text: str) -> str:
+    """A problem the learner must fix, in place of a traceback."""
+    return (
+        f'<div class="ph-error" role="alert" style="border-left:0.3em solid {palette.WARNING};'
+        f'padding:0.3em 0.6em;margin:0.3em 0;background:{palette.TILE}">{escape(text)}</div>'
+    )
+
+
+def _prefix_key(tokens: Sequence[int]) -> str:
+    tail = " ".join(str(t) for t in tokens[-3:])
+    return f"{len(tokens)} tokens (\u2026 {tail})"
+
+
+def lru_list(entries: Sequence[dict]) -> str:
+    """Cached prefixes from least to most recently used: the next eviction candidate comes first."""
+    if not entries:
+        return f'<div class="ph-lru" style="color:{palette.MUTED_TEXT}">the prefix cache is empty</div>'
+    items = []
+    for rank, entry in enumerate(entries):
+        in_use = entry["refs"] > 1
+        status = "in use" if in_use else "evictable"
+        items.append(
+            f'<li class="ph-lru-entry" data-block="{entry["block"]}" data-rank="{rank}" '
+            f'data-in-use="{int(in_use)}" '
+            f'style="margin:0.1em 0">prefix of {escape(_prefix_key(entry["tokens"]))} \u2192 block '
+            f'<b>{entry["block"]}</b> <span style="color:{palette.MUTED_TEXT}">'
+            f"(ref {entry['refs']}, {status})</span>"
+            "</li>"
+        )
+    return (
+        '<div class="ph-lru"><div style="font-weight:600">Cached prefixes, least recently used first '
+        "(evict walks this order, skipping blocks in use)</div>"
+        f'<ol style="margin:0.2em 0;padding-left:1.6em">{"".join(items)}</ol></div>'
+    )
+
+
+def _lookup_cell(item: dict) -> str:
+    kind = item["kind"]
+    text = {
+        "hit": f"hit \u2192 {item.get('block')}",
+        "miss": "miss",
+        "last": "holds last token",
+    }[kind]
+    border = f"3px solid {palette.TEXT}" if kind == "hit" else f"1px dashed {palette.BORDER}"
+    return (
+        f'<span class="ph-lookup ph-{kind}" data-logical="{item["logical"]}" data-kind="{kind}" '
+        f'style="display:inline-block;margin:0.1em 0.2em 0.1em 0;padding:0.05em 0.4em;border:{border};'
+        f'border-radius:0.3em;font-family:{palette.MONO}">{item["logical"]}: {text}</span>'
+    )
+
+
+def request_rows(requests: Sequence[dict], colours: SequenceColours) -> str:
+    """Per request: which of its full prompt blocks hit the cache, which missed, what was reused."""
+    if not requests:
+        return (
+            f'<div class="ph-requests" style="color:{palette.MUTED_TEXT}">no requests recorded: attach them '
+            "through the view (view.attach(seq, prompt)) to see each prompt block's hit or miss</div>"
+        )
+    rows = []
+    for request in requests:
+        label = request["seq"]
+        cells = "".join(_lookup_cell(item) for item in request["blocks"])
+        rows.append(
+            f'<div class="ph-request" data-seq="{escape(label)}" data-reused="{request["reused"]}" '
+            f'style="margin:0.15em 0">{chip(label, colours(label))}{cells}'
+            f'<span style="color:{palette.MUTED_TEXT}"> reused {request["reused"]} of '
+            f"{request['prompt_tokens']} prompt tokens</span></div>"
+        )
+    return (
+        '<div class="ph-requests"><div style="font-weight:600">Requests: prompt blocks found in the cache'
+        "</div>" + "".join(rows) + "</div>"
+    )
