@@ -12,10 +12,11 @@ import shutil
 from pathlib import Path
 
 import nbformat
-from conftest import NOTEBOOKS
 from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
 from paged_helpers.notebook_loader import load_from_notebook
+
+from conftest import NOTEBOOKS
 
 
 def write_release(notebook: str, folder: Path) -> Path:

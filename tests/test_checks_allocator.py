@@ -10,10 +10,11 @@ import time
 from collections import deque
 
 import pytest
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_block_allocator
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "02_block_allocator"
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_physical_slot
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "01_block_tables"
 

@@ -8,10 +8,11 @@ changes one thing, the way a learner's mistake would.
 from __future__ import annotations
 
 import pytest
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_copy_on_write, check_fork_logits
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "04_fork_and_copy_on_write"
 

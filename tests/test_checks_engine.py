@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_engine
 from paged_helpers.serving import Sequence, sample_seed
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "07_continuous_batching"
 EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "05_prefix_caching")

@@ -13,8 +13,6 @@ import itertools
 import nbformat
 import pytest
 import torch
-from conftest import NOTEBOOKS, solution, strip_ansi
-from student_release import release_definition
 
 from paged_helpers.checks import (
     CheckFailed,
@@ -28,6 +26,9 @@ from paged_helpers.checks.isolated import isolation_available, run_isolated
 from paged_helpers.kernel_inputs import validate_decode_inputs, validate_prefill_inputs
 from paged_helpers.notebook_loader import load_definitions
 from paged_helpers.reference import gather_history, paged_decode_reference, paged_prefill_reference
+
+from conftest import NOTEBOOKS, solution, strip_ansi
+from student_release import release_definition
 
 DECODE = "06_paged_decode_kernel"
 PREFILL = "08_paged_prefill_kernel"

@@ -11,10 +11,11 @@ import time
 
 import pytest
 import torch
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_paged_kv_cache
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "03_paged_kv_cache"
 

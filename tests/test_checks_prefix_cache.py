@@ -8,10 +8,11 @@ rebuilt by the small factories below with exactly one mistake switched on.
 from __future__ import annotations
 
 import pytest
-from conftest import solution
-from student_release import release_definition
 
 from paged_helpers.checks import NotImplementedYet, check_prefix_cache
+
+from conftest import solution
+from student_release import release_definition
 
 NOTEBOOK = "05_prefix_caching"
 

@@ -7,12 +7,13 @@ import shutil
 
 import nbformat
 import pytest
-from conftest import NOTEBOOKS, solution
 from nbformat.v4 import new_code_cell, new_notebook
 
 import run
 from paged_helpers.demos.copy_on_write import fork_block_counts
 from paged_helpers.demos.prefix import shared_prompt_run
+
+from conftest import NOTEBOOKS, solution
 
 COW_FIGURE = {
     "parent_blocks": 3,

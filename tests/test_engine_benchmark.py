@@ -12,11 +12,12 @@ import json
 
 import matplotlib
 import pytest
-from conftest import NOTEBOOKS, solution
 
 import run
 from paged_helpers.demos.engine import compare_engines, format_table
 from paged_helpers.serving import ProgressBar
+
+from conftest import NOTEBOOKS, solution
 
 matplotlib.use("Agg")
 

@@ -14,10 +14,11 @@ import pkgutil
 from dataclasses import dataclass
 
 import pytest
-from conftest import solution
 
 import paged_helpers
 from paged_helpers import checks
+
+from conftest import solution
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ def test_missing_name_says_where_to_define_it(tmp_path):
 def test_unfinished_code_is_named_and_refused_on_request(tmp_path, capsys):
     write_notebook(
         tmp_path / "02_alloc.ipynb",
-        "class BlockAllocator:\n    def allocate(self):\n        # YOUR CODE HERE\n        raise NotImplementedError()\n"
+        "class BlockAllocator:\n    def allocate(self):\n        # YOUR CODE HERE\n"
+        "        raise NotImplementedError()\n"
         "    def share(self, block):\n        return block",
     )
     with pytest.raises(NotebookLoadError, match=r"BlockAllocator.allocate still raise"):
