@@ -118,6 +118,7 @@ class CowDemo(traitlets.HasTraits):
         self._controls: dict[str, Any] = {}
         self._screen: Any = None
         self._widget: Any = None
+        self._box: Any = None
         self._syncing = False
         self.presentation = presentation
         self.reset()
@@ -445,8 +446,15 @@ class CowDemo(traitlets.HasTraits):
             layout=w.Layout(flex_flow="row wrap", align_items="center"),
         )
         self._screen = w.HTML(self.to_html(), layout=w.Layout(width="100%"))
-        box = w.VBox([row, self._screen])
+        # Text fields and dropdowns have no font-size style in ipywidgets 8, so presentation mode
+        # reaches them through a CSS class on the whole demo.
+        large_inputs = w.HTML(
+            "<style>.ph-cow-demo-widget.ph-presentation :is(input, select, label)"
+            f"{{font-size:{render.PRESENTATION_FONT_PX}px !important;height:auto !important}}</style>"
+        )
+        box = w.VBox([large_inputs, row, self._screen])
         box.add_class("ph-cow-demo-widget")
+        self._box = box
         self._sync_controls()
         return box
 
@@ -481,3 +489,10 @@ class CowDemo(traitlets.HasTraits):
         for name in ("create", "fork", "write", "free", "reset", "presentation"):
             controls[name].style.font_size = size
             controls[name].layout.height = height
+        # Widths are in the notebook's normal em: room for the enlarged label and the field.
+        controls["tokens"].layout.width = "26em" if self.presentation else "11em"
+        controls["sequence"].layout.width = "20em" if self.presentation else "11em"
+        if self.presentation:
+            self._box.add_class("ph-presentation")
+        else:
+            self._box.remove_class("ph-presentation")
