@@ -9,12 +9,12 @@ Where it looks, in order (``find_notebook``):
   1. the folders given in ``search``;
   2. the current folder (the course's ``notebooks/`` folder, or a release where all
      notebooks sit side by side);
-  3. sibling assignment folders ``../<stem>/<stem>.ipynb``: nbgrader's layout, where each
+  3. during ``nbgrader autograde``, when the current folder is
+     autograded/<student>/<assignment>/: the student's submission,
+     ``../../../submitted/<student>/<stem>/`` (never a stale autograded copy);
+  4. sibling assignment folders ``../<stem>/<stem>.ipynb``: nbgrader's layout, where each
      notebook is an assignment of its own (source/, release/, submitted/<student>/ and
-     autograded/<student>/ all look like this);
-  4. ``../../../submitted/<student>/<stem>/``: during ``nbgrader autograde`` the current
-     folder is autograded/<student>/<assignment>/, and an earlier notebook that was never
-     autograded is still in the student's submission.
+     autograded/<student>/ all look like this).
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def find_notebook(name: str, search: Iterable[str | Path] = ()) -> Path:
     for folder in [*search, *reversed(_LOADING_FROM)]:
         folder = Path(folder)
         candidates += [folder / filename, folder / stem / filename]
-    candidates += [here / filename, here.parent / stem / filename]
-    if here.parent.parent.name in ("autograded", "submitted"):
+    candidates.append(here / filename)
+    if here.parent.parent.name == "autograded":
+        # The submission is the truth: an autograded copy of an earlier notebook can be stale
+        # when a student resubmitted it and only this notebook is being regraded.
         student = here.parent.name
         candidates.append(here.parent.parent.parent / "submitted" / student / stem / filename)
+    candidates.append(here.parent / stem / filename)
     for path in candidates:
         if path.is_file():
             return path.resolve()

@@ -85,7 +85,7 @@ def test_a_notebook_can_load_from_an_earlier_one_beside_it(tmp_path):
 
 
 def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
-    """autograded/<student>/03/ finds 02 in autograded/<student>/02/ or else submitted/<student>/02/."""
+    """autograded/<student>/03/ finds 02 in submitted/<student>/02/, the truth after a resubmission."""
     course = tmp_path / "course"
     write_notebook(course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb", *ALLOCATOR_CELLS)
     grading_dir = course / "autograded" / "ada" / "03_cache"
@@ -93,7 +93,10 @@ def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
     monkeypatch.chdir(grading_dir)
     assert find_notebook("02_alloc") == course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb"
     write_notebook(course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb", *ALLOCATOR_CELLS)
-    assert find_notebook("02_alloc") == course / "autograded" / "ada" / "02_alloc" / "02_alloc.ipynb"
+    assert find_notebook("02_alloc") == course / "submitted" / "ada" / "02_alloc" / "02_alloc.ipynb"
+    monkeypatch.chdir(course / "submitted" / "ada" / "02_alloc")
+    write_notebook(course / "submitted" / "ada" / "01_slots" / "01_slots.ipynb", "x = 1")
+    assert find_notebook("01_slots") == course / "submitted" / "ada" / "01_slots" / "01_slots.ipynb"
 
 
 def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):

@@ -1,0 +1,74 @@
+"""nbgrader configuration of the course "Paged attention and prefix caching".
+
+Run nbgrader (or ``python course.py ...``) from this folder: nbgrader reads this file from the
+current directory and silently uses its defaults elsewhere. The course root is the current
+directory, so the same file serves a copy of the course elsewhere (tests load it with
+``load_subconfig``). Each notebook notebooks/NN_name.ipynb is the assignment NN_name.
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # the course's preprocessors live in autograde/paged_grading
+
+c = get_config()  # noqa: F821  (provided by traitlets when it runs this file)
+
+c.CourseDirectory.course_id = "paged-attention"
+
+# --- executing submissions -------------------------------------------------------------------
+# FairExecute: nbgrader's Execute plus recovery from dead or unresponsive kernels.
+c.FairExecute.timeout = 120  # seconds per cell; the CPU checks take seconds
+c.FairExecute.slow_assignments = {  # Triton kernels run in the CPU interpreter here
+    "06_paged_decode_kernel": 420,
+    "08_paged_prefill_kernel": 420,
+}
+c.FairExecute.interrupt_on_timeout = True
+c.FairExecute.max_kernel_restarts = 3
+c.FairExecute.responsive_grace = 10
+
+# Known harmless stderr noise, removed before grading (everything else in a test cell's stderr
+# is shown as "[stderr] ..." and does not cost points; see paged_grading/outputs.py).
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = (
+    r"(?m)^.*("
+    r"Failed to initialize NumPy"
+    r"|TRITON_INTERPRET"
+    r"|UserWarning: To exit: use 'exit', 'quit', or Ctrl-D"
+    r"|Matplotlib is building the font cache"
+    r").*$"
+)
+
+# Deleted locked test cells are put back (and run) rather than silently costing nothing.
+c.OverwriteCells.add_missing_cells = True
+
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "paged_grading.sanitize.RestoreCellRoles",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "paged_grading.guard.GuardChecks",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Autograde.autograde_preprocessors = [
+    "paged_grading.execute.FairExecute",
+    "paged_grading.guard.GuardAudit",
+    "nbgrader.preprocessors.IgnorePattern",
+    "paged_grading.outputs.DemoteStderr",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# --- feedback: what failed and why, never the hidden tests' code ----------------------------
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "paged_grading.outputs.StripGuard",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "paged_grading.outputs.HideTestTracebacks",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -1,0 +1,152 @@
+"""FairExecute: nbgrader's Execute, made robust to submissions that kill or hang the kernel.
+
+nbgrader's own Execute gives up on a whole submission when the kernel dies (``os._exit``, a
+segfault in an unmasked Triton load): the student's notebook is removed from autograded/
+and every cell, including the ones that passed, scores nothing. A kernel that ignores the
+interrupt after a timeout makes every later cell time out in turn.
+
+FairExecute keeps grading the rest of the notebook instead:
+
+* the cell that killed the kernel (or left it unresponsive after a timeout) gets an error
+  output that says so, so a test cell there scores zero and a solution cell shows why;
+* a fresh kernel is started, the cells before the crash are replayed silently (their
+  recorded outputs are kept; cells that had crashed or timed out are skipped), and
+  execution continues with the next cell;
+* after ``max_kernel_restarts`` crashes, the remaining cells are marked "not run" with an
+  error output: a grade cell with no output would otherwise get full points.
+
+The per-cell timeout is ``timeout`` (seconds), or ``slow_assignments[assignment]`` for the
+Triton notebooks, whose checks run kernels in the CPU interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Dict, Integer
+
+KERNEL_DIED = "KernelDied"
+KERNEL_UNRESPONSIVE = "KernelUnresponsive"
+NOT_RUN = "CellNotRun"
+TIMEOUT = "CellTimeoutError"
+
+
+def _error_output(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def _has_error(cell: NotebookNode, *names: str) -> bool:
+    return any(
+        out.get("output_type") == "error" and out.get("ename") in names for out in cell.get("outputs", [])
+    )
+
+
+class FairExecute(Execute):
+    """Execute that survives dead and unresponsive kernels (see the module docstring)."""
+
+    slow_assignments = Dict(
+        {}, help="Per-cell timeout in seconds for named assignments (the Triton notebooks)."
+    ).tag(config=True)
+    max_kernel_restarts = Integer(
+        3, help="Kernel restarts allowed per notebook before the rest is skipped."
+    ).tag(config=True)
+    responsive_grace = Integer(
+        10, help="Seconds an interrupted kernel has to answer before it is declared unresponsive."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        from nbclient import NotebookClient
+
+        NotebookClient.__init__(self, nb, km)
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        assignment = (resources or {}).get("nbgrader", {}).get("assignment")
+        if assignment in self.slow_assignments:
+            self.timeout = int(self.slow_assignments[assignment])
+        start, restarts = 0, 0
+        while start < len(self.nb.cells):
+            start = self._run_from(start, resources)
+            if start < len(self.nb.cells):
+                restarts += 1
+                if restarts > self.max_kernel_restarts:
+                    self._mark_not_run(start, "the kernel crashed too many times in this notebook")
+                    break
+        self.set_widgets_metadata()
+        return self.nb, self.resources
+
+    def _run_from(self, start: int, resources) -> int:
+        """Run cells from ``start`` in a fresh kernel; return the index to resume at (len when done)."""
+        cells = self.nb.cells
+        with self.setup_kernel():
+            info_msg = self.wait_for_reply(self.kc.kernel_info())
+            self.nb.metadata["language_info"] = info_msg["content"]["language_info"]
+            if start and not self._replay(start):
+                self._mark_not_run(start, "the kernel crashed again while replaying the cells above")
+                return len(cells)
+            for index in range(start, len(cells)):
+                cell = cells[index]
+                try:
+                    self.preprocess_cell(cell, resources, index)
+                except DeadKernelError:
+                    self.log.warning("Kernel died in cell %d; restarting and continuing after it", index)
+                    cell.outputs.append(
+                        _error_output(
+                            KERNEL_DIED,
+                            "the Python kernel died while running this cell (os._exit, a segfault, "
+                            "or running out of memory; in a Triton kernel, look for a load without a mask). "
+                            "The cells after it were graded in a fresh kernel.",
+                        )
+                    )
+                    self.shutdown_kernel = "immediate"
+                    return index + 1
+                except CellTimeoutError:  # nbclient gave up waiting for the interrupted cell's output
+                    cell.outputs.append(_error_output(TIMEOUT, f"this cell ran longer than {self.timeout} s"))
+                if _has_error(cell, TIMEOUT) and not self._responsive():
+                    self.log.warning("Kernel unresponsive after a timeout in cell %d; restarting", index)
+                    cell.outputs.append(
+                        _error_output(
+                            KERNEL_UNRESPONSIVE,
+                            f"this cell ran longer than {self.timeout} s and ignored the interrupt; the "
+                            "kernel was restarted and the cells after it were graded in a fresh kernel.",
+                        )
+                    )
+                    self.shutdown_kernel = "immediate"
+                    return index + 1
+        return len(cells)
+
+    def _replay(self, stop: int) -> bool:
+        """Re-run cells [0, stop) on copies, keeping their recorded outputs. False if the kernel dies."""
+        for index in range(stop):
+            cell = self.nb.cells[index]
+            if cell.cell_type != "code" or _has_error(
+                cell, KERNEL_DIED, KERNEL_UNRESPONSIVE, TIMEOUT, NOT_RUN
+            ):
+                continue
+            try:
+                self.execute_cell(copy.deepcopy(cell), index, store_history=True)
+            except DeadKernelError:
+                return False
+        return True
+
+    def _responsive(self) -> bool:
+        saved, self.timeout = self.timeout, self.responsive_grace
+        try:
+            return run_sync(self._async_responsive)()
+        finally:
+            self.timeout = saved
+
+    async def _async_responsive(self) -> bool:
+        try:
+            reply = await self.async_wait_for_reply(self.kc.kernel_info())
+        except DeadKernelError:
+            return False
+        return reply is not None  # None: no answer within the grace period
+
+    def _mark_not_run(self, start: int, why: str) -> None:
+        for cell in self.nb.cells[start:]:
+            if cell.cell_type == "code":
+                cell.outputs = [_error_output(NOT_RUN, f"not run: {why}.")]

@@ -1,0 +1,164 @@
+"""Guarding the checks while student code runs in the grading kernel (grader side).
+
+Threat: a learner cell replaces ``paged_helpers.checks`` functions with ones that always pass
+(``ph.checks.check_block_allocator = lambda *a: None``, a patched ``report.fail``, a swapped
+``__code__``), or edits the helper package on disk from a cell.
+
+Defence, in three parts:
+
+* ``HelperSnapshot`` reads every file of the installed ``paged_helpers`` into memory once,
+  when grading starts (the instructor's installed copy is the reference).
+* ``GuardChecks`` (sanitize step, after OverwriteCells has restored the locked test cells)
+  writes a pristine copy of that snapshot plus ``kernel_guard.py`` and a hash manifest into a
+  new private temporary folder for this notebook, and prepends to every autograded test cell
+  two lines that verify the copy and re-import ``paged_helpers`` from it (see
+  ``kernel_guard``). The hashes are written literally into the cell, so editing the copy on
+  disk from a learner cell makes that test fail with an integrity message instead of passing.
+* ``GuardAudit`` (after execution) compares the installed package with the snapshot,
+  restores any file a learner changed, added or removed (so the next student is graded with
+  the real checks), writes a line to ``reports/integrity.log`` naming the student, and
+  deletes the temporary folders.
+
+The preamble is marked by ``GUARD_BEGIN`` / ``GUARD_END`` so that feedback can strip it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import importlib.util
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from nbgrader import utils
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from . import kernel_guard
+
+GUARD_BEGIN = "# >>> autograde guard: fresh, verified paged_helpers for this test (added by the grader)"
+GUARD_END = "# <<< autograde guard"
+PACKAGE = kernel_guard.PACKAGE
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def installed_package_dir() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{PACKAGE} is not installed in the Python that runs nbgrader")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _package_files(package_dir: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(package_dir).as_posix(): path.read_bytes()
+        for path in sorted(package_dir.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+class HelperSnapshot:
+    """The installed package's files as bytes, taken once; the reference for every notebook."""
+
+    def __init__(self, package_dir: Path):
+        self.package_dir = package_dir
+        self.files = _package_files(package_dir)
+        self.manifest = {rel: _sha256(data) for rel, data in self.files.items() if rel.endswith(".py")}
+        self.written: list[Path] = []  # pristine copies not yet cleaned up
+
+    def write_pristine_copy(self) -> tuple[Path, str]:
+        """A new private folder with the package, kernel_guard.py and manifest.json; and its hash."""
+        root = Path(tempfile.mkdtemp(prefix="paged-grading-"))
+        self.written.append(root)
+        for relative, data in self.files.items():
+            target = root / PACKAGE / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        shutil.copyfile(kernel_guard.__file__, root / "kernel_guard.py")
+        manifest_bytes = json.dumps(self.manifest, sort_keys=True, indent=1).encode()
+        (root / "manifest.json").write_bytes(manifest_bytes)
+        return root, _sha256(manifest_bytes)
+
+    def changes_on_disk(self) -> list[str]:
+        """Files of the installed package that differ from the snapshot (changed, added, removed)."""
+        now = _package_files(self.package_dir)
+        return sorted(rel for rel in set(now) | set(self.files) if now.get(rel) != self.files.get(rel))
+
+    def restore(self, changed: list[str]) -> None:
+        for relative in changed:
+            path = self.package_dir / relative
+            if relative in self.files:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(self.files[relative])
+            elif path.is_file():
+                path.unlink()
+        for cache in self.package_dir.rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def clean_up(self) -> None:
+        while self.written:
+            shutil.rmtree(self.written.pop(), ignore_errors=True)
+
+
+@functools.cache
+def snapshot_for_this_grading_run() -> HelperSnapshot:
+    """One snapshot per grader process, taken before the first student's code runs."""
+    return HelperSnapshot(installed_package_dir())
+
+
+def preamble(root: Path, manifest_sha256: str) -> str:
+    guard = str(root / "kernel_guard.py")
+    guard_sha = _sha256(Path(guard).read_bytes())
+    check_guard = f'__import__("hashlib").sha256(open({guard!r}, "rb").read()).hexdigest() == {guard_sha!r}'
+    load = f'__import__("runpy").run_path({guard!r})["fresh_helpers"]({str(root)!r}, {manifest_sha256!r})'
+    return (
+        f"{GUARD_BEGIN}\n"
+        f'assert {check_guard}, "autograde guard: the guard file was modified"\n'
+        f"ph = {load}\n"
+        f"{GUARD_END}\n"
+    )
+
+
+def is_autograded_test(cell) -> bool:
+    return cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell)
+
+
+class GuardChecks(NbGraderPreprocessor):
+    """Prepend the guard preamble to every autograded test cell (sanitize step)."""
+
+    def preprocess(self, nb, resources):
+        snapshot = snapshot_for_this_grading_run()
+        root, manifest_sha = snapshot.write_pristine_copy()
+        text = preamble(root, manifest_sha)
+        for cell in nb.cells:
+            if is_autograded_test(cell) and GUARD_BEGIN not in cell.source:
+                cell.source = text + cell.source
+        return nb, resources
+
+
+class GuardAudit(NbGraderPreprocessor):
+    """After execution: restore the installed package if a learner changed it, and log who did."""
+
+    def preprocess(self, nb, resources):
+        snapshot = snapshot_for_this_grading_run()
+        changed = snapshot.changes_on_disk()
+        if changed:
+            who = resources.get("nbgrader", {})
+            line = (
+                f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}\t"
+                f"{who.get('student')}\t{who.get('assignment')}\t{who.get('notebook')}\t"
+                f"modified installed {PACKAGE}: {', '.join(changed)} (restored)\n"
+            )
+            self.log.warning(line.strip())
+            log_dir = Path("reports")
+            log_dir.mkdir(exist_ok=True)
+            with open(log_dir / "integrity.log", "a") as log:
+                log.write(line)
+            snapshot.restore(changed)
+        snapshot.clean_up()
+        return nb, resources
