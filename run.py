@@ -1,4 +1,4 @@
-"""The chapter's demos: `python run.py NAME [options]`, each printing one JSON object.
+"""The chapter's demos: `python run.py NAME [options]`, each ending with one JSON object on stdout.
 
     python run.py paged            static slots vs paged blocks on the seeded workload
     python run.py cow              block counts of a fork and copy-on-write
@@ -28,12 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="demo", required=True, metavar="DEMO")
     for name, module_name in DEMOS.items():
-        try:
-            module = import_module(f"paged_helpers.demos.{module_name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"paged_helpers.demos.{module_name}":
-                raise
-            continue
+        module = import_module(f"paged_helpers.demos.{module_name}")
         sub = commands.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)

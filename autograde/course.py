@@ -195,7 +195,9 @@ def cmd_report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--root", type=Path, default=HERE, help="course root (default: autograde/)")
     parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="instructor notebooks")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -16,7 +16,7 @@ Map of the package:
   reference         slow, obvious attention references the kernels are compared against
   widgets           live block tables, the copy-on-write demo, the prefix-cache view
   plots             matplotlib figures for the notebooks
-  serving           engine pieces without solutions: requests, sampling, metrics, static baseline
+  serving           engine pieces without solutions: sequences, sampling, metrics, the driver
   demos             the figures behind `python run.py NAME`
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -305,3 +306,18 @@ def test_run_paged_options():
 
 def test_run_paged_on_the_notebooks_cache_matches_the_arithmetic():
     assert run_demo("paged", "--impl", "notebooks") == run_demo("paged")
+
+
+def test_run_paged_counts_the_blocks_of_the_cache_in_impl(tmp_path):
+    """A cache that takes one block too many per request must show in the figure."""
+    import nbformat
+
+    shutil.copy(ROOT / "notebooks" / "02_block_allocator.ipynb", tmp_path)
+    notebook = nbformat.read(ROOT / "notebooks" / "03_paged_kv_cache.ipynb", as_version=4)
+    right = "return -(-tokens // self.block_size)"
+    edited = [cell for cell in notebook.cells if right in cell.source]
+    assert len(edited) == 1, "notebook 03's blocks_needed changed: update this test"
+    edited[0].source = edited[0].source.replace(right, "return -(-tokens // self.block_size) + 1")
+    nbformat.write(notebook, tmp_path / "03_paged_kv_cache.ipynb")
+    wasteful = run_demo("paged", "--impl", str(tmp_path))
+    assert wasteful["paged_slots_reserved"] == run_demo("paged")["paged_slots_reserved"] + 32 * 16

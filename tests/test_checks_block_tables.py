@@ -63,6 +63,12 @@ def the_chapter_line_without_bounds(table, position, block_size):
     return table[position // block_size], position % block_size
 
 
+def bounds_checked_by_division(table, position, block_size):
+    if position < 0 or position // block_size >= len(table):
+        raise ValueError(f"position {position} is outside the table")
+    return table[position // block_size], position % block_size
+
+
 def returns_a_string(table, position, block_size):
     return f"{table[position // block_size]}:{position % block_size}"
 
@@ -76,6 +82,7 @@ WRONG = {
     off_by_one_at_the_boundary: ["off by one block", "boundary"],
     rounds_up_instead_of_down: ["off by one block", "floor division"],
     the_chapter_line_without_bounds: ["negative position", "table[-1]"],
+    bounds_checked_by_division: ["a block size of 0", "ValueError naming `block_size`", "ZeroDivisionError"],
     returns_a_string: ["pair of integers"],
 }
 

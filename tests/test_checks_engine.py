@@ -247,7 +247,8 @@ def test_unknown_part_is_named(right):
         check_engine(*right, parts="speed")
 
 
-def test_release_says_not_implemented_yet(tmp_path, right):
+@pytest.mark.parametrize("part", ["batching", "preemption", "rejection", "sampling"])
+def test_release_says_not_implemented_yet(tmp_path, right, part):
     released = release_definition(tmp_path, NOTEBOOK, "ContinuousBatchingEngine", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_engine(released, right[1], right[2], parts="batching")
+        check_engine(released, right[1], right[2], parts=part)

@@ -65,24 +65,31 @@ def message_of(check, *impl) -> str:
 # --------------------------------------------------------------------------- right kernels pass
 
 
-def test_decode_check_passes_the_notebook_kernel():
-    check_paged_decode(solution(DECODE, "paged_decode_attention"))
+# Each right kernel also proves its check silent: any stderr would zero the nbgrader cell.
+
+
+def test_decode_check_passes_the_notebook_kernel(capfd):
+    kernel = solution(DECODE, "paged_decode_attention")
+    capfd.readouterr()  # only what the check itself writes counts
+    check_paged_decode(kernel)
+    assert capfd.readouterr().err == ""
 
 
 def test_decode_check_passes_with_another_seed():
     check_paged_decode(solution(DECODE, "paged_decode_attention"), seed=7)
 
 
-def test_split_k_check_passes_the_notebook_kernel():
-    check_split_k_decode(solution(DECODE, "split_k_decode_attention"))
+def test_split_k_check_passes_the_notebook_kernel(capfd):
+    kernel = solution(DECODE, "split_k_decode_attention")
+    capfd.readouterr()  # only what the check itself writes counts
+    check_split_k_decode(kernel)
+    assert capfd.readouterr().err == ""
 
 
-def test_prefill_check_passes_the_notebook_kernel():
-    check_paged_prefill(solution(PREFILL, "paged_prefill_attention"))
-
-
-def test_checks_write_nothing_to_stderr(capfd):
-    check_paged_decode(solution(DECODE, "paged_decode_attention"))
+def test_prefill_check_passes_the_notebook_kernel(capfd):
+    kernel = solution(PREFILL, "paged_prefill_attention")
+    capfd.readouterr()  # only what the check itself writes counts
+    check_paged_prefill(kernel)
     assert capfd.readouterr().err == ""
 
 
@@ -244,7 +251,7 @@ def test_split_k_check_catches_empty_splits_that_poison_the_merge(tmp_path):
         ("weight = torch.exp(m - m_all) ", "weight = torch.exp(m - m) "),
     )
     message = message_of(check_split_k_decode, naive)
-    assert "owns no block" in message or "NaN" in message or "Merging splits" in message
+    assert "some splits own no block" in message and "exp(-inf - -inf)" in message
 
 
 def test_split_k_check_names_a_decode_bug_inside_the_splits(tmp_path):

@@ -73,9 +73,19 @@ def test_prefix_run_keeps_the_caches_for_the_widget():
 
 @pytest.fixture
 def impl_without_sharing(tmp_path):
-    """A learner's folder whose PrefixCache never reuses anything (notebooks 02-04 are the course's)."""
-    for earlier in ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write"):
+    """A learner's folder whose PrefixCache never reuses anything and whose notebook 04 cache never
+    copies on write (notebooks 02-03 are the course's)."""
+    for earlier in ("02_block_allocator", "03_paged_kv_cache"):
         shutil.copy(NOTEBOOKS / f"{earlier}.ipynb", tmp_path)
+    notebook_04 = nbformat.read(NOTEBOOKS / "04_fork_and_copy_on_write.ipynb", as_version=4)
+    notebook_04.cells.append(
+        new_code_cell(
+            "class PagedKVCache(PagedKVCache):\n"
+            "    def reserve(self, seq, new_tokens):\n"
+            "        PagedKVCache03.reserve(self, seq, new_tokens)\n"
+        )
+    )
+    nbformat.write(notebook_04, tmp_path / "04_fork_and_copy_on_write.ipynb")
     source = (
         "class PrefixCache:\n"
         "    def __init__(self, cache):\n"
@@ -95,7 +105,8 @@ def impl_without_sharing(tmp_path):
 def test_impl_folder_supplies_the_classes(capsys, impl_without_sharing):
     figures = run_demo(capsys, "prefix", "--impl", str(impl_without_sharing))
     assert figures == {**PREFIX_FIGURE, "tokens_prefilled": 832, "blocks_in_use": 56}
-    assert run_demo(capsys, "cow", "--impl", str(impl_without_sharing)) == COW_FIGURE
+    figures = run_demo(capsys, "cow", "--impl", str(impl_without_sharing))
+    assert figures == {**COW_FIGURE, "new_blocks_after_each_sample_writes_a_token": 0}
 
 
 def test_missing_impl_folder_is_named(tmp_path):

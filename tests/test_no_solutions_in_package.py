@@ -28,6 +28,13 @@ class Capability:
     call: tuple  # (args, kwargs) the check uses to call or construct it: a candidate must accept them
     notebook: str  # where the right implementation lives (it must be found by this harness)
     name: str
+    # (notebook, name) of the right implementations the check takes after the candidate (the cache
+    # a prefix cache works on, say): the candidate is the only piece that comes from the package.
+    partners: tuple = ()
+
+    def run_check(self, candidate: object) -> None:
+        partners = [solution(notebook, name) for notebook, name in self.partners]
+        getattr(checks, self.check_name)(candidate, *partners)
 
 
 CAPABILITIES = [
@@ -44,6 +51,22 @@ CAPABILITIES = [
     ),
     Capability("check_copy_on_write", "class", ((2, 24, 4, 2, 8), {}), "04_fork_and_copy_on_write", "PagedKVCache"),
     Capability("check_fork_logits", "class", ((2, 24, 4, 2, 8), {}), "04_fork_and_copy_on_write", "PagedKVCache"),
+    Capability(
+        "check_prefix_cache",
+        "class",
+        ((object(),), {}),
+        "05_prefix_caching",
+        "PrefixCache",
+        partners=(("04_fork_and_copy_on_write", "PagedKVCache"),),
+    ),
+    Capability(
+        "check_engine",
+        "class",
+        (("model", "cache", "prefix_cache"), {"chunk_size": 8, "max_step_tokens": 32}),
+        "07_continuous_batching",
+        "ContinuousBatchingEngine",
+        partners=(("04_fork_and_copy_on_write", "PagedKVCache"), ("05_prefix_caching", "PrefixCache")),
+    ),
     Capability(
         "check_paged_decode",
         "function",
@@ -116,17 +139,17 @@ def test_the_package_was_searched():
 
 @pytest.mark.parametrize("capability", CAPABILITIES, ids=lambda c: c.check_name)
 def test_nothing_in_the_package_passes_the_check(capability):
-    check = getattr(checks, capability.check_name)
     candidates = [(name, obj) for name, obj in DEFINITIONS if accepts(obj, capability.kind, capability.call)]
     passing = []
     for name, candidate in candidates:
         try:
-            check(candidate)
+            capability.run_check(candidate)
         except Exception:  # noqa: BLE001 (any failure means "not a solution")
             continue
         passing.append(name)
     assert not passing, (
-        f"paged_helpers must not contain a working solution, but these pass {check.__name__}: {passing}"
+        "paged_helpers must not contain a working solution, "
+        f"but these pass {capability.check_name}: {passing}"
     )
 
 
@@ -135,4 +158,4 @@ def test_the_harness_would_flag_a_solution_hidden_in_the_package(capability):
     """The instructor's solution is a candidate this search would try, and it passes: the search has teeth."""
     right = solution(capability.notebook, capability.name)
     assert accepts(right, capability.kind, capability.call)
-    getattr(checks, capability.check_name)(right)
+    capability.run_check(right)

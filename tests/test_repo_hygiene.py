@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,10 @@ def test_ruff_passes():
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_notebooks_are_the_ones_contributing_lists():
+    """Tests parametrised over notebooks/ would silently shrink if a notebook went missing."""
+    listed = set(re.findall(r"`(\d\d_[a-z0-9_]+\.ipynb)`", (ROOT / "CONTRIBUTING.md").read_text()))
+    assert len(listed) == 8, sorted(listed)
+    assert {path.name for path in NOTEBOOK_PATHS} == listed

@@ -349,10 +349,7 @@ def test_nothing_live_is_built_while_nbgrader_executes(PagedKVCache, monkeypatch
 
 @pytest.fixture(scope="module")
 def PrefixCache():
-    try:
-        return solution("05_prefix_caching", "PrefixCache")
-    except Exception as error:  # notebook 05 not written yet
-        pytest.skip(f"notebook 05's PrefixCache is not available: {error}")
+    return solution("05_prefix_caching", "PrefixCache")
 
 
 def test_prefix_view_records_hits_misses_and_lru_order(PagedKVCache, PrefixCache):

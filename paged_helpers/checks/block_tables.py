@@ -4,7 +4,7 @@ The learner writes ``physical_slot(table, position, block_size) -> (physical_blo
 position p is in physical block ``table[p // block_size]`` at offset ``p % block_size``. The
 check covers the chapter's example, every position of seeded scrambled (non-contiguous,
 out-of-order) tables for several block sizes, positions exactly on block boundaries, and bad
-positions that must raise instead of returning a plausible wrong slot.
+positions (and a block size of 0) that must raise instead of returning a plausible wrong slot.
 """
 
 from __future__ import annotations
@@ -96,7 +96,12 @@ def _expect_slot(physical_slot: Callable, table: list[int], position: int, block
 
 
 def _expect_refused(
-    physical_slot: Callable, table: list[int], position: int, block_size: int, why: str
+    physical_slot: Callable,
+    table: list[int],
+    position: int,
+    block_size: int,
+    why: str,
+    argument: str = "position",
 ) -> None:
     scenario = f"physical_slot(table={table}, position={position}, block_size={block_size}) ({why})"
     try:
@@ -108,19 +113,24 @@ def _expect_refused(
     except Exception as error:
         fail(
             scenario,
-            "ValueError naming `position`",
+            f"ValueError naming `{argument}`",
             f"{type(error).__name__}: {error}",
-            "check the position before using it, and raise ValueError when it has no slot.",
+            f"check {argument} before using it, and raise ValueError when it is out of range.",
         )
     else:
-        hint = (
-            "Python accepts negative indexes, so table[-1] silently returns the last block: test "
-            "0 <= position < len(table) * block_size yourself and raise ValueError."
-            if position < 0
-            else "this position is past the last block of the table: raise ValueError (a plain table[...] "
-            "would raise IndexError, which is acceptable too)."
-        )
-        fail(scenario, "ValueError naming `position`", f"returned {result!r}", hint)
+        if argument == "block_size":
+            hint = "a block holds at least one token: raise ValueError when block_size < 1."
+        elif position < 0:
+            hint = (
+                "Python accepts negative indexes, so table[-1] silently returns the last block: test "
+                "0 <= position < len(table) * block_size yourself and raise ValueError."
+            )
+        else:
+            hint = (
+                "this position is past the last block of the table: raise ValueError (a plain table[...] "
+                "would raise IndexError, which is acceptable too)."
+            )
+        fail(scenario, f"ValueError naming `{argument}`", f"returned {result!r}", hint)
 
 
 @check
@@ -142,3 +152,4 @@ def check_physical_slot(physical_slot: Callable, *, seed: int = 0) -> None:
             _expect_slot(physical_slot, table, position, block_size, "a scrambled table")
     _expect_refused(physical_slot, [5, 1, 7], -1, 4, "a negative position")
     _expect_refused(physical_slot, [5, 1, 7], 12, 4, "one past the last slot of the table")
+    _expect_refused(physical_slot, [5, 1, 7], 0, 0, "a block size of 0", argument="block_size")

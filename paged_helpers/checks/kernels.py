@@ -310,15 +310,17 @@ def _check_decode_cases(
 def _split_hint(case: DecodeCase) -> str:
     if case.splits == 1:
         return "With one split the answer is plain decode attention, so the bug is in the per-split kernel."
-    if "no block" in case.scenario:
-        return (
-            "A split that owns no block has m = -inf and l = 0: give it zero weight in the merge "
-            "(and don't compute exp(-inf - -inf))."
-        )
-    return (
+    merge = (
         "Merging splits: with per-split (m_s, l_s, acc_s) and m = max over s of m_s, "
         "out = sum(exp(m_s - m) acc_s) / sum(exp(m_s - m) l_s). Averaging per-split outputs is not the same."
     )
+    # Fewer blocks than splits: however the blocks are shared out, some splits get none.
+    if any(-(-length // case.block_size) < case.splits for length in case.lengths):
+        return (
+            f"{merge} Here some splits own no block: their m is -inf and l is 0, so they must get weight "
+            "exp(m_s - m) = 0 in the merge (never compute exp(-inf - -inf))."
+        )
+    return merge
 
 
 def _rejects_baddecode_inputs(what: str, launcher: Callable, extra: tuple) -> None:

@@ -40,6 +40,10 @@ OWN_REFERENCE_HINT = (
     "remember must share() each block it publishes: the prefix cache holds its own reference, so the "
     "block outlives the request that computed it"
 )
+EXTRA_REFERENCE_HINT = (
+    "a block's count is one per table that holds it plus one for the prefix cache: remember shares a "
+    "block only when it publishes a new entry, and attach once per block it reuses"
+)
 PARTIAL_HINT = (
     "publish full blocks only (len(tokens) // block_size of them): a partial block is still being "
     "written by its sequence, and its key would not be a whole block of prefix"
@@ -322,14 +326,14 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
             "G's blocks were the least recently used, not F's: attach must mark every entry it "
             "hits as most recently used (OrderedDict.move_to_end) and evict must go from the "
             "least recently used end",
-            "",
+            EXTRA_REFERENCE_HINT,
         )
     server.expect_refcount(
         g_blocks[0],
         0,
         "G's first block, the least recently used entry: evicted",
         after,
-        "",
+        "a count below 0 means a block was released more often than it was shared",
         "evict the least recently used entry first (G's, since F was hit after G was cached)",
     )
     server.attach(
@@ -356,7 +360,7 @@ def _evict_under_pressure(PrefixCache: Any, PagedKVCache: Any, rng: random.Rando
             after,
             "evict must skip blocks that someone else uses (refcount above 1): dropping them "
             "frees no memory and throws away a prefix that is still hot",
-            "",
+            EXTRA_REFERENCE_HINT,
         )
     server.expect_free(
         12 - 3,

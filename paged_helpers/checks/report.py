@@ -10,7 +10,6 @@ output, so ``quiet()`` silences warnings and sends stray stderr writes to stdout
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -30,11 +29,6 @@ def fail(scenario: str, expected: Any, got: Any, hint: str) -> None:
     raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")
 
 
-def expect_equal(scenario: str, expected: Any, got: Any, hint: str) -> None:
-    if got != expected:
-        fail(scenario, expected, got, hint)
-
-
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Silence warnings and route stderr to stdout for the duration of a check."""
@@ -42,14 +36,6 @@ def quiet() -> Iterator[None]:
         warnings.simplefilter("ignore")
         with contextlib.redirect_stderr(sys.stdout):
             yield
-
-
-@contextlib.contextmanager
-def swallow_output() -> Iterator[io.StringIO]:
-    """Capture anything the learner's code prints while a check drives it."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        yield buffer
 
 
 def call_learner(

@@ -167,7 +167,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_argument(parser)
     parser.add_argument("--requests", type=int, default=48, help="requests in the workload (default 48)")
     parser.add_argument(
-        "--slots", type=int, default=2, help="static slots; sets the shared KV budget (default 4)"
+        "--slots", type=int, default=2, help="static slots; sets the shared KV budget (default 2)"
     )
     parser.add_argument("--capacity", type=int, default=1024, help="tokens per static slot (default 1024)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")

@@ -222,10 +222,33 @@ def format_result(result: dict) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_argument(parser)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--context-lengths", type=int, nargs="+", default=[512, 2048, 8192])
-    parser.add_argument("--block-sizes", type=int, nargs="+", default=[16, 32, 64, 128])
-    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[1, 8, 32],
+        help="sequences per step (GPU; default 1 8 32)",
+    )
+    parser.add_argument(
+        "--context-lengths",
+        type=int,
+        nargs="+",
+        default=[512, 2048, 8192],
+        help="tokens cached per sequence (GPU; default 512 2048 8192)",
+    )
+    parser.add_argument(
+        "--block-sizes",
+        type=int,
+        nargs="+",
+        default=[16, 32, 64, 128],
+        help="tokens per block (GPU; default 16 32 64 128)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float16"],
+        default="bfloat16",
+        help="K/V dtype (GPU; default bfloat16)",
+    )
     parser.add_argument("--peak-gbs", type=float, default=None, help="device peak bandwidth in GB/s")
 
 

@@ -17,7 +17,7 @@ so this package holds no engine loop.
 
 from .clock import BusyClock
 from .driver import EngineStalled, Serving, serve, step_limit
-from .metrics import EngineMetrics, StepRecord, kv_tokens_capacity, kv_tokens_reserved, kv_tokens_stored
+from .metrics import EngineMetrics, StepRecord, kv_tokens_reserved, kv_tokens_stored
 from .progress import ProgressBar
 from .reference import solo_run
 from .sampler import sample_seed, sample_token
@@ -32,7 +32,6 @@ __all__ = [
     "ProgressBar",
     "Sequence",
     "StepRecord",
-    "kv_tokens_capacity",
     "one_thread",
     "kv_tokens_reserved",
     "kv_tokens_stored",

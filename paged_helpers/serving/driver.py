@@ -1,7 +1,7 @@
 """Feeding a workload to an engine, step by step, and noticing when it stops making progress.
 
-Any engine with this shape can be driven (the static baseline here, the learner's paged
-engine in notebook 07):
+Any engine with this shape can be driven (the learner's engine from notebook 07, on paged
+blocks or on slot-sized blocks as the static baseline):
 
     engine.add_request(request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0)
     engine.step() -> {request_id: [output tokens of sample 0, sample 1, ...]}   (requests finished)

@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 
 
 def kv_tokens_reserved(cache: object) -> int:
-    """Token slots of KV memory held right now, used or not.
-
-    A static cache holds a whole slot per live sequence; a paged cache holds whole blocks
-    (including blocks kept alive only by a prefix cache).
+    """Token slots of KV memory held right now, used or not: whole blocks of a paged cache
+    (including blocks kept alive only by a prefix cache). The static baseline is the same
+    paged cache with slot-sized blocks, so it is measured the same way.
     """
-    if hasattr(cache, "slots_reserved"):
-        return int(cache.slots_reserved)
     allocator = cache.allocator
     return (len(allocator.refs) - allocator.num_free) * cache.block_size
 
@@ -29,13 +26,6 @@ def kv_tokens_reserved(cache: object) -> int:
 def kv_tokens_stored(cache: object) -> int:
     """Tokens the live sequences have in the cache (a block shared by k sequences counts k times)."""
     return sum(cache.lengths.values())
-
-
-def kv_tokens_capacity(cache: object) -> int:
-    """Token slots of KV memory the cache owns in total (the memory budget)."""
-    if hasattr(cache, "slots_reserved"):
-        return cache.num_slots * cache.capacity
-    return len(cache.allocator.refs) * cache.block_size
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import torch
 
-_MASK64 = (1 << 63) - 1
+_MASK63 = (1 << 63) - 1
 
 
 def _mix(*values: int) -> int:
     """A deterministic 63-bit hash of integers (splitmix64 steps), for generator seeds."""
     state = 0x9E3779B97F4A7C15
     for value in values:
-        state = (state ^ (value & _MASK64)) * 0xBF58476D1CE4E5B9 & ((1 << 64) - 1)
+        state = (state ^ (value & _MASK63)) * 0xBF58476D1CE4E5B9 & ((1 << 64) - 1)
         state ^= state >> 31
-    return state & _MASK64
+    return state & _MASK63
 
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
