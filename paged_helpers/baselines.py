@@ -44,15 +44,6 @@ class StaticKVCache:
     def num_slots(self) -> int:
         return self.k_pool[0].shape[0]
 
-    @property
-    def slots_reserved(self) -> int:
-        """Token slots held by live sequences, used or not."""
-        return len(self.slot_of) * self.capacity
-
-    @property
-    def tokens_stored(self) -> int:
-        return sum(self.lengths.values())
-
     def create(self, seq: object) -> None:
         if seq in self.slot_of:
             raise ValueError(f"sequence {seq!r} already exists; free it first or pick a new id")
