@@ -108,18 +108,12 @@ def test_cached_batched_decode_at_different_lengths_equals_full_forward():
     assert len({tuple(s[-6:]) for s in sequences}) > 1, "greedy outputs should differ between prompts"
 
 
-def test_tiny_model_is_deterministic_and_fast():
-    import time
-
-    a, b = tiny_qwen3(seed=7, device="cpu"), tiny_qwen3(seed=7, device="cpu")
+def test_tiny_model_is_deterministic_per_seed():
+    a, b, other = (tiny_qwen3(seed=seed, device="cpu") for seed in (7, 7, 8))
     tokens = torch.randint(0, 256, (1, 64))
     with torch.no_grad():
         torch.testing.assert_close(a(tokens), b(tokens), rtol=0, atol=0)
-        start = time.perf_counter()
-        for _ in range(10):
-            a(tokens)
-        per_forward = (time.perf_counter() - start) / 10
-    assert per_forward < 0.25, f"a 64-token forward pass took {per_forward * 1000:.0f} ms"
+        assert not torch.allclose(a(tokens), other(tokens))
 
 
 @pytest.mark.parametrize(
