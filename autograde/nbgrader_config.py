@@ -21,8 +21,8 @@ c.CourseDirectory.course_id = "paged-attention"
 # FairExecute: nbgrader's Execute plus recovery from dead or unresponsive kernels.
 c.FairExecute.timeout = 120  # seconds per cell; the CPU checks take seconds
 c.FairExecute.slow_assignments = {  # Triton kernels run in the CPU interpreter here
-    "06_paged_decode_kernel": 420,
-    "08_paged_prefill_kernel": 420,
+    "07_paged_decode_kernel": 420,
+    "09_paged_prefill_kernel": 420,
 }
 c.FairExecute.interrupt_on_timeout = True
 c.FairExecute.max_kernel_restarts = 3

@@ -1,4 +1,4 @@
-"""Input validation for the paged attention launchers (notebooks 06 and 08).
+"""Input validation for the paged attention launchers (notebooks 07 and 09).
 
 A Triton kernel trusts every pointer and every number it is given: a wrong shape or an
 out-of-range block number is not an error, it is a silent garbage read (or a segfault in the

@@ -59,7 +59,7 @@ PLANTED = {
         ["prefix"],
     ),
     "kernel_without_length_mask": (
-        "06_paged_decode_kernel",
+        "07_paged_decode_kernel",
         "paged_decode_kernel",
         "valid = i * BLOCK + slots < length",
         "valid = slots < BLOCK",

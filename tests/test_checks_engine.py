@@ -1,4 +1,4 @@
-"""check_engine: the instructor's engine (notebook 07) passes; realistic wrong engines fail with a
+"""check_engine: the instructor's engine (notebook 08) passes; realistic wrong engines fail with a
 message that names the bug; the student release fails with "not implemented yet".
 
 Wrong engines are subclasses of the instructor's ContinuousBatchingEngine that override one
@@ -16,7 +16,7 @@ from paged_helpers.serving import Sequence, sample_seed
 from conftest import solution
 from student_release import release_definition
 
-NOTEBOOK = "07_continuous_batching"
+NOTEBOOK = "08_continuous_batching"
 EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "05_prefix_caching")
 
 

@@ -1,4 +1,4 @@
-"""The kernel checks (notebooks 06 and 08) must pass the right kernels and name the bug in wrong ones.
+"""The kernel checks (notebooks 07 and 09) must pass the right kernels and name the bug in wrong ones.
 
 Right kernels come from the instructor notebooks (``solution``). Wrong kernels are small text
 edits of those same cells: the notebook is copied with one edit, and its definitions are loaded
@@ -30,8 +30,8 @@ from paged_helpers.reference import gather_history, paged_decode_reference, page
 from conftest import NOTEBOOKS, solution, strip_ansi
 from student_release import release_definition
 
-DECODE = "06_paged_decode_kernel"
-PREFILL = "08_paged_prefill_kernel"
+DECODE = "07_paged_decode_kernel"
+PREFILL = "09_paged_prefill_kernel"
 _counter = itertools.count()
 # Crashes and hangs are only survivable in a child process (the interpreter on Linux). On a GPU a
 # wild address can poison the CUDA context and a compiled endless loop can't be interrupted.

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 @pytest.fixture(scope="module")
 def learner_classes():
     return (
-        solution("07_continuous_batching", "ContinuousBatchingEngine"),
+        solution("08_continuous_batching", "ContinuousBatchingEngine"),
         solution("04_fork_and_copy_on_write", "PagedKVCache"),
         solution("05_prefix_caching", "PrefixCache"),
     )

@@ -1,47 +1,47 @@
 """One check per graded capability, one module per notebook topic.
 
-Each check takes the learner's function or class, returns None when it is right and raises
+Each check takes the learner's function or class, prints one line when it is right and raises
 ``CheckFailed`` (an AssertionError) with a message naming the scenario, the expected and the
-actual values, and a hint. Modules are imported on first use, so a notebook that checks an
-allocator never pays for importing Triton.
+actual values, and a hint. Each check declares, in its ``@check(...)`` decorator, the notebook
+that calls it and the learner's definition it verifies; ``REGISTRY`` collects them, and every
+table of checks (this package's names, the course map, the no-solutions test) is derived from it.
 
-    check_physical_slot      block_tables.py     notebook 01
-    check_block_allocator    allocator.py        notebook 02
-    check_paged_kv_cache     paged_cache.py      notebook 03
-    check_copy_on_write      copy_on_write.py    notebook 04
-    check_fork_logits        copy_on_write.py    notebook 04
-    check_prefix_cache       prefix_cache.py     notebook 05
-    check_paged_decode       kernels.py          notebook 06
-    check_split_k_decode     kernels.py          notebook 06 (optional exercise)
-    check_engine             engine.py           notebook 07
-    check_paged_prefill      kernels.py          notebook 08
+    python -m paged_helpers.checks        # prints the table: check, notebook, what it verifies
+
+Importing this package imports every check module (a few milliseconds; none imports triton).
 """
 
+import pkgutil
 from importlib import import_module
 
-from .report import CheckFailed, NotImplementedYet
+from .report import REGISTRY, CheckFailed, CheckInfo, NotImplementedYet
 
-_MODULE_OF = {
-    "check_physical_slot": "block_tables",
-    "check_block_allocator": "allocator",
-    "check_paged_kv_cache": "paged_cache",
-    "check_copy_on_write": "copy_on_write",
-    "check_fork_logits": "copy_on_write",
-    "check_prefix_cache": "prefix_cache",
-    "check_paged_decode": "kernels",
-    "check_split_k_decode": "kernels",
-    "check_paged_prefill": "kernels",
-    "check_engine": "engine",
-}
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        import_module(f".{_module.name}", __name__)
+del _module
+# Course order: by notebook, then in the order each module defines its checks.
+_in_course_order = sorted(REGISTRY.items(), key=lambda item: item[1].notebook)
+REGISTRY.clear()
+REGISTRY.update(_in_course_order)
+del _in_course_order
 
-__all__ = ["CheckFailed", "NotImplementedYet", *_MODULE_OF]
+globals().update({name: info.function for name, info in REGISTRY.items()})
 
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"paged_helpers.checks has no {name!r}; the checks are: {', '.join(_MODULE_OF)}")
-    return getattr(import_module(f".{_MODULE_OF[name]}", __name__), name)
+__all__ = ["CheckFailed", "CheckInfo", "NotImplementedYet", "REGISTRY", *REGISTRY]
 
 
-def __dir__() -> list[str]:
-    return sorted(__all__)
+def for_notebook(notebook: str) -> list[CheckInfo]:
+    """The checks that notebook ``notebook`` (its file stem) calls, in registration order."""
+    return [info for info in REGISTRY.values() if info.notebook == notebook]
+
+
+def table() -> str:
+    """A plain-text table of every check: name, notebook, what it verifies."""
+    rows = [
+        (name, info.notebook, info.builds + ("" if info.graded else " (optional)")) for name, info in REGISTRY.items()
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )

@@ -309,7 +309,7 @@ def _random_walk(allocator_class: type, seed: int) -> None:
         )
 
 
-@check
+@check(notebook="02_block_allocator", builds="BlockAllocator")
 def check_block_allocator(BlockAllocator: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
     """Exact reference counts and free list through allocation, sharing, release and exhaustion."""
     _basic_scenarios(BlockAllocator)

@@ -133,7 +133,7 @@ def _expect_refused(
         fail(scenario, f"ValueError naming `{argument}`", f"returned {result!r}", hint)
 
 
-@check
+@check(notebook="01_block_tables", builds="physical_slot")
 def check_physical_slot(physical_slot: Callable, *, seed: int = 0) -> None:
     """physical_slot(table, position, block_size) == (table[position // block_size], position % block_size).
 

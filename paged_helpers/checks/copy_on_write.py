@@ -421,7 +421,7 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.finish()
 
 
-@check
+@check(notebook="04_fork_and_copy_on_write", builds="PagedKVCache")
 def check_copy_on_write(PagedKVCache: Any, seed: int = 0) -> None:
     """Fork, copy-on-write and freeing, with exact reference counts and every key and value read back."""
     _scenarios(PagedKVCache, random.Random(seed))
@@ -544,7 +544,7 @@ class _ForkRun:
                 )
 
 
-@check
+@check(notebook="04_fork_and_copy_on_write", builds="PagedKVCache")
 def check_fork_logits(PagedKVCache: Any, seed: int = 0) -> None:
     """After a fork, diverging sequences each give exactly their from-scratch logits (on DEVICE)."""
     device = DEVICE

@@ -1,4 +1,4 @@
-"""check_engine: notebook 07's continuous-batching engine on the learner's paged cache.
+"""check_engine: notebook 08's continuous-batching engine on the learner's paged cache.
 
 The check serves small seeded workloads with the tiny model and compares against each
 request run alone (``serving.solo_run``). It watches the engine through a subclass of the
@@ -212,8 +212,7 @@ def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: _Wat
     )
     prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
     engine = call_learner(
-        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, "
-        f"max_step_tokens={STEP_TOKENS})",
+        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, max_step_tokens={STEP_TOKENS})",
         engine_class,
         model,
         cache,
@@ -282,9 +281,7 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
 
 
 def _part_batching(engine_class, cache_class, prefix_class) -> None:
-    scenario = (
-        "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
-    )
+    scenario = "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
     requests = _batching_workload()
     watch = _Watch()
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
@@ -397,9 +394,7 @@ def _part_sampling(engine_class, cache_class, prefix_class) -> None:
     n, seed, temperature, max_new = 4, 11, 1.0, 6
     prompt = serving_workload(count=1, prompt_range=(14, 14), shared_prefix_share=0.0, seed=7)[0].prompt
     request = Request("sampled", prompt, max_new)
-    scenario = (
-        f"one request with n={n} samples, temperature {temperature}, seed {seed}, prompt of {len(prompt)}"
-    )
+    scenario = f"one request with n={n} samples, temperature {temperature}, seed {seed}, prompt of {len(prompt)}"
     expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
     runs = []
     for attempt in range(2):
@@ -434,8 +429,7 @@ def _expect_sampling_structure(scenario, got, expected, prompt, watch: _Watch, n
             f"{scenario}: the samples",
             f"{n} different samples",
             f"{n} identical samples: {got[0]}",
-            "every sample needs its own seed: sample i draws with sample_seed(request_seed, i), not the "
-            "request's seed",
+            "every sample needs its own seed: sample i draws with sample_seed(request_seed, i), not the request's seed",
         )
     computed: Counter[int] = Counter()  # prompt position -> times computed, over all samples
     for (_, position), times in watch.writes.items():
@@ -463,7 +457,11 @@ def _expect_sampling_structure(scenario, got, expected, prompt, watch: _Watch, n
         )
 
 
-@check
+@check(
+    notebook="08_continuous_batching",
+    builds="ContinuousBatchingEngine",
+    partners=(("04_fork_and_copy_on_write", "PagedKVCache"), ("05_prefix_caching", "PrefixCache")),
+)
 def check_engine(engine_class, cache_class, prefix_cache_class, parts=PARTS) -> None:
     """Check the learner's continuous-batching engine on their paged cache and prefix cache.
 

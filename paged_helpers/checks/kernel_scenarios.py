@@ -1,4 +1,4 @@
-"""The seeded scenarios of the kernel checks (notebooks 06 and 08): inputs in the learner's shapes.
+"""The seeded scenarios of the kernel checks (notebooks 07 and 09): inputs in the learner's shapes.
 
 Every pool is filled with random keys and values everywhere, stale slots included, so a kernel
 that reads past a sequence's length gets a different answer; block ids are handed out in a

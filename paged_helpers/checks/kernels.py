@@ -1,4 +1,4 @@
-"""Checks for the paged attention kernels: notebooks 06 (decode, split-K) and 08 (prefill).
+"""Checks for the paged attention kernels: notebooks 07 (decode, split-K) and 09 (prefill).
 
 Each check builds small seeded scenarios (scrambled block tables, padded rows, lengths of 1,
 on and one past a block boundary, grouped-query attention with groups of 1, 2 and 4+),
@@ -344,7 +344,7 @@ def _rejects_baddecode_inputs(what: str, launcher: Callable, extra: tuple) -> No
     )
 
 
-@check
+@check(notebook="07_paged_decode_kernel", builds="paged_decode_attention")
 def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
     """paged_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size) against the reference."""
     what = "paged_decode_attention"
@@ -352,7 +352,7 @@ def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
     _rejects_baddecode_inputs(what, paged_decode_attention, ())
 
 
-@check
+@check(notebook="07_paged_decode_kernel", builds="split_k_decode_attention", graded=False)
 def check_split_k_decode(split_k_decode_attention: Callable, seed: int = 0) -> None:
     """split_k_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size, num_splits)."""
     what = "split_k_decode_attention"
@@ -368,7 +368,7 @@ _PREFILL_HINT = (
 )
 
 
-@check
+@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_attention")
 def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
     """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
     what = "paged_prefill_attention"

@@ -370,7 +370,7 @@ def _set_batch(cache, seqs: list, num_blocks: int, scenario: str) -> None:
                 f"real block ids in 0..{num_blocks - 1}",
                 padding,
                 "pad shorter rows with a real block id such as 0. Padded entries are only read at "
-                "positions the causal mask hides, but a kernel (notebook 06) must never see an id like -1.",
+                "positions the causal mask hides, but a kernel (notebook 07) must never see an id like -1.",
             )
 
 
@@ -843,7 +843,7 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
 # --------------------------------------------------------------------------- the check
 
 
-@check
+@check(notebook="03_paged_kv_cache", builds="PagedKVCache")
 def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
     """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache."""
     rng = random.Random(seed)

@@ -96,9 +96,7 @@ class _Server:
             self.cache.k_pool[0][table[position // BLOCK], :, position % BLOCK] = code
             self.code_owner[code] = (name, position)
         self.cache.lengths[seq] = len(prompt)
-        call_learner(
-            f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario
-        )
+        call_learner(f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario)
         return list(table)
 
     def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> None:
@@ -159,9 +157,7 @@ class _Server:
                 WHOLE_PREFIX_HINT,
             )
 
-    def expect_refcount(
-        self, block: int, refs: int, who: str, after: str, too_low: str, too_high: str
-    ) -> None:
+    def expect_refcount(self, block: int, refs: int, who: str, after: str, too_low: str, too_high: str) -> None:
         got = self.allocator.refs[block]
         if got != refs:
             fail(
@@ -180,9 +176,7 @@ class _Server:
 
     def expect_free(self, count: int, after: str, hint: str) -> None:
         if self.allocator.num_free != count:
-            fail(
-                f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint
-            )
+            fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint)
 
     def finish(self) -> None:
         """Free every request and evict everything: no block may stay in use."""
@@ -283,9 +277,7 @@ def _entirely_cached(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) ->
 
 
 def _same_text_other_history(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
-    server = _Server(
-        PrefixCache, PagedKVCache, 24, "prompts C and D cached, then blocks with their text elsewhere"
-    )
+    server = _Server(PrefixCache, PagedKVCache, 24, "prompts C and D cached, then blocks with their text elsewhere")
     c, d = _tokens(rng, 10), _tokens(rng, 10)
     server.serve("c", c, "C", reused=0)
     server.serve("d", d, "D", reused=0)
@@ -336,16 +328,12 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
         "a count below 0 means a block was released more often than it was shared",
         "evict the least recently used entry first (G's, since F was hit after G was cached)",
     )
-    server.attach(
-        "f3", f, "F", reused=8, short_hint="F's blocks were used after G's and must still be cached"
-    )
+    server.attach("f3", f, "F", reused=8, short_hint="F's blocks were used after G's and must still be cached")
     server.finish()
 
 
 def _evict_under_pressure(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
-    server = _Server(
-        PrefixCache, PagedKVCache, 12, "H cached and still running, I cached and finished, evict all"
-    )
+    server = _Server(PrefixCache, PagedKVCache, 12, "H cached and still running, I cached and finished, evict all")
     h, i = _tokens(rng, 9), _tokens(rng, 9)
     h_blocks = server.serve("h1", h, "H", reused=0)  # h1 keeps running: its blocks are in use
     server.serve("i1", i, "I", reused=0)
@@ -371,7 +359,7 @@ def _evict_under_pressure(PrefixCache: Any, PagedKVCache: Any, rng: random.Rando
     server.finish()
 
 
-@check
+@check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
 def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
     """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
     rng = random.Random(seed)

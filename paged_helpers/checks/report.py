@@ -13,6 +13,7 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -38,9 +39,7 @@ def quiet() -> Iterator[None]:
             yield
 
 
-def call_learner(
-    what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any
-) -> Any:
+def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
     """Call learner code, turning its exceptions into messages about *what* was being done.
 
     NotImplementedError becomes "not implemented yet"; any other exception becomes a
@@ -86,14 +85,49 @@ def _earlier_notebook_raising(error: BaseException) -> str | None:
     return None
 
 
-def check(function: Callable[..., None]) -> Callable[..., None]:
-    """Decorator for public checks: quiet, and returns None on success."""
+@dataclass(frozen=True)
+class CheckInfo:
+    """What a public check verifies: the registry every table of checks is derived from.
+
+    ``notebook`` is the notebook whose graded cells call the check, ``builds`` the learner's
+    definition it is handed first, and ``partners`` the learner's earlier definitions it takes
+    after that, as ``(notebook, name)`` pairs (a prefix cache is checked on the learner's own
+    paged cache). ``graded`` is False for optional exercises.
+    """
+
+    name: str
+    function: Callable[..., None]
+    notebook: str
+    builds: str
+    partners: tuple[tuple[str, str], ...] = ()
+    graded: bool = True
+
+
+# Filled by @check as the check modules are imported (paged_helpers.checks imports them all).
+REGISTRY: dict[str, CheckInfo] = {}
+
+
+def check(
+    *, notebook: str, builds: str, partners: tuple[tuple[str, str], ...] = (), graded: bool = True
+) -> Callable[[Callable[..., Any]], Callable[..., None]]:
+    """Decorator for public checks: registers the check, keeps it quiet, prints one line on success.
+
+    The decorated function raises ``CheckFailed`` on a bug; it may return a short summary of what
+    it verified ("41 scenarios"), which the wrapper prints after the check's name.
+    """
     import functools
 
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        with quiet():
-            function(*args, **kwargs)
-        return None
+    def decorate(function: Callable[..., Any]) -> Callable[..., None]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            with quiet():
+                summary = function(*args, **kwargs)
+            print(f"{function.__name__}: {summary or 'passed'}")
+            return None
 
-    return wrapper
+        if function.__name__ in REGISTRY:
+            raise RuntimeError(f"two checks are named {function.__name__}")
+        REGISTRY[function.__name__] = CheckInfo(function.__name__, wrapper, notebook, builds, tuple(partners), graded)
+        return wrapper
+
+    return decorate

@@ -24,7 +24,7 @@ from .implementation import add_impl_argument, load_impl
 
 def load_learner_engine(args: argparse.Namespace):
     """(ContinuousBatchingEngine, PagedKVCache, PrefixCache) from the notebooks in ``args.impl``."""
-    engine_class = load_impl(args, "07_continuous_batching", "ContinuousBatchingEngine")
+    engine_class = load_impl(args, "08_continuous_batching", "ContinuousBatchingEngine")
     cache_class = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")
     prefix_class = load_impl(args, "05_prefix_caching", "PrefixCache")
     return engine_class, cache_class, prefix_class

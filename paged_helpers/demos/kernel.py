@@ -253,7 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    paged_decode_attention = load_impl(args, "06_paged_decode_kernel", "paged_decode_attention")
+    paged_decode_attention = load_impl(args, "07_paged_decode_kernel", "paged_decode_attention")
     return benchmark(
         paged_decode_attention,
         batch_sizes=args.batch_sizes,

@@ -1,4 +1,4 @@
-"""Throughput and KV memory over time for engines serving the same workload (notebook 07).
+"""Throughput and KV memory over time for engines serving the same workload (notebook 08).
 
 Reads only ``EngineMetrics.timeline``: one record per engine step with the time, the tokens
 generated so far, the KV token slots held and the tokens actually stored in them. The

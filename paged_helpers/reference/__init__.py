@@ -6,8 +6,8 @@ exists to avoid, so a reference gives nothing of the kernel away: no online soft
 program grid, no masks over a block.
 
     gather_history          pool + block tables -> contiguous [B, kv_heads, max_len, head_dim]
-    paged_decode_reference  one new query per sequence (notebook 06)
-    paged_prefill_reference a chunk of new queries of one sequence, causal (notebook 08)
+    paged_decode_reference  one new query per sequence (notebook 07)
+    paged_prefill_reference a chunk of new queries of one sequence, causal (notebook 09)
 """
 
 from .attention import gather_history, paged_decode_reference, paged_prefill_reference

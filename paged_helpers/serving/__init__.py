@@ -10,7 +10,7 @@
   reference       solo_run: one request alone, the output every engine must reproduce
 
 The engine itself (admission with prefix reuse, chunked prefill, batched decode, reserve,
-eviction, preemption, fork) is what the learner writes in notebook 07. Its static-slot
+eviction, preemption, fork) is what the learner writes in notebook 08. Its static-slot
 baseline is the same engine on a cache whose blocks are whole slots (see demos/engine.py),
 so this package holds no engine loop.
 """

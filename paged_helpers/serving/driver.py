@@ -1,6 +1,6 @@
 """Feeding a workload to an engine, step by step, and noticing when it stops making progress.
 
-Any engine with this shape can be driven (the learner's engine from notebook 07, on paged
+Any engine with this shape can be driven (the learner's engine from notebook 08, on paged
 blocks or on slot-sized blocks as the static baseline):
 
     engine.add_request(request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0)
