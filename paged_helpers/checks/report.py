@@ -136,8 +136,12 @@ def check(
             print(f"{function.__name__}: {summary or 'passed'}")
             return None
 
-        if function.__name__ in REGISTRY:
-            raise RuntimeError(f"two checks are named {function.__name__}")
+        earlier = REGISTRY.get(function.__name__)
+        # importlib.reload of a check module re-registers its checks; two modules may not share a name
+        if earlier is not None and earlier.function.__module__ != function.__module__:
+            raise RuntimeError(
+                f"two checks are named {function.__name__}: in {earlier.function.__module__} and {function.__module__}"
+            )
         REGISTRY[function.__name__] = CheckInfo(function.__name__, wrapper, notebook, builds, tuple(partners), graded)
         return wrapper
 
