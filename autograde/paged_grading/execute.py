@@ -15,6 +15,7 @@ FairExecute keeps grading the rest of the notebook instead:
 * after ``max_kernel_restarts`` crashes, the remaining cells are marked "not run" with an
   error output: a grade cell with no output would otherwise get full points.
 
+Each kernel is started inside the submission's sandbox (``sandbox.SandboxedKernelManager``).
 The per-cell timeout is ``timeout`` (seconds), or ``slow_assignments[assignment]`` for the
 Triton notebooks, whose checks run kernels in the CPU interpreter.
 """
@@ -28,6 +29,8 @@ from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Integer
+
+from .sandbox import SandboxedKernelManager
 
 KERNEL_DIED = "KernelDied"
 KERNEL_UNRESPONSIVE = "KernelUnresponsive"
@@ -57,6 +60,11 @@ class FairExecute(Execute):
     responsive_grace = Integer(
         10, help="Seconds an interrupted kernel has to answer before it is declared unresponsive."
     ).tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        # Every grading kernel runs in a bubblewrap sandbox (see sandbox.py).
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         from nbclient import NotebookClient

@@ -1,0 +1,289 @@
+"""A bubblewrap sandbox around every piece of student code the grader runs.
+
+What a sandboxed process (the grading kernel of one student's notebook, or a second-opinion
+run, see ``second_opinion``) can see and do:
+
+* the file system is empty except for, read-only: the system (``/usr``, ``/etc``), the Python
+  runtime and virtual environment, the installed ``paged_helpers`` package folder (only that
+  folder, never the repository around an editable install), the grader's pristine copies of the
+  package (``guard``), the student's own ``submitted/<student>/`` and ``autograded/<student>/``
+  folders, and ``published/`` when the course has one (released solutions of earlier
+  notebooks). Writable: the notebook's own ``autograded/<student>/<assignment>/`` folder (the
+  private scratch, a copy nbgrader made of the submission), a small ``/tmp`` and the folder of
+  the kernel's connection sockets. The course's ``source/``, ``release/``, ``gradebook.db``,
+  ``nbgrader_config.py``, ``notebooks/`` and other students are not there at all;
+* no network (a new network namespace: only an unconfigured loopback); the kernel talks to the
+  grader over Unix sockets (ZeroMQ ``ipc`` transport) in the bound socket folder;
+* its own user namespace (no capabilities outside) and pid namespace, ``--die-with-parent``:
+  when the grader stops the sandbox, every process started inside it is gone;
+* rlimits (``prlimit``): address space, CPU seconds, file size, open files; processes are
+  capped by a ``pids`` cgroup when the machine offers a writable one, else by RLIMIT_NPROC
+  (which Linux does not apply to root: then there is no process cap, and the grader logs it).
+
+``SandboxedKernelManager`` is the jupyter_client kernel manager that nbgrader's executor uses
+(``FairExecute.kernel_manager_class``); it finds the student from the kernel's working folder,
+``<course>/autograded/<student>/<assignment>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+from .guard import installed_package_dir
+
+LOG = logging.getLogger(__name__)
+BWRAP = "bwrap"
+UNSAFE_FLAG = "--no-sandbox-UNSAFE"
+# Set by course.py for `grade --no-sandbox-UNSAFE`: the grading kernels then run unconfined.
+UNSAFE_ENV = "PAGED_GRADING_NO_SANDBOX_UNSAFE"
+PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sandbox resource limits. Memory is address space: torch reserves more than it uses."""
+
+    address_space_bytes: int = 16 << 30
+    cpu_seconds: int = 3600
+    file_bytes: int = 256 << 20
+    open_files: int = 1024
+    processes: int = 512
+    tmp_bytes: int = 512 << 20
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or does not work here; grading refuses to run unconfined by itself."""
+
+
+def sandbox_disabled() -> bool:
+    return os.environ.get(UNSAFE_ENV) == "1"
+
+
+@functools.cache
+def require_bwrap() -> str:
+    path = shutil.which(BWRAP)
+    if path is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`. Grading runs every "
+            f"submission in a sandbox; to grade without one (trusted code only) pass {UNSAFE_FLAG}."
+        )
+    return path
+
+
+def python_runtime_dirs() -> list[Path]:
+    """The interpreter, its standard library and the virtual environment (read-only in the sandbox)."""
+    dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.exec_prefix).resolve()}
+    return sorted(dirs)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Where one student's notebook is graded: ``<root>/autograded/<student>/<assignment>``."""
+
+    root: Path
+    student: str
+    assignment: str
+
+    @classmethod
+    def from_working_dir(cls, cwd: str | Path) -> Submission:
+        cwd = Path(cwd).resolve()
+        if cwd.parent.parent.name != "autograded":
+            raise SandboxUnavailable(f"not an autograde folder (autograded/<student>/<assignment>): {cwd}")
+        return cls(cwd.parent.parent.parent, cwd.parent.name, cwd.name)
+
+    @property
+    def scratch(self) -> Path:
+        return self.root / "autograded" / self.student / self.assignment
+
+
+def _ro(path: Path) -> list[str]:
+    return ["--ro-bind", str(path), str(path)] if path.exists() else []
+
+
+def bwrap_args(
+    submission: Submission,
+    writable: list[Path] = (),
+    readable: list[Path] = (),
+    limits: Limits = Limits(),
+) -> list[str]:
+    """The bubblewrap command line (without the command to run) for one student's code."""
+    args = [
+        require_bwrap(),
+        "--unshare-all",  # network, pid, ipc, uts, cgroup namespaces
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--cap-drop", "ALL",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/etc", "/etc",
+    ]  # fmt: skip
+    for name in ("bin", "sbin", "lib", "lib64", "lib32"):
+        link = Path("/") / name
+        if link.is_symlink():
+            args += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            args += ["--ro-bind", str(link), str(link)]
+    args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    for path in [*python_runtime_dirs(), installed_package_dir(), *readable]:
+        args += _ro(path)
+    student_dirs = [
+        submission.root / "submitted" / submission.student,
+        submission.root / "autograded" / submission.student,
+        submission.root / "published",
+    ]
+    for path in student_dirs:
+        args += _ro(path)
+    for path in [submission.scratch, *writable]:
+        args += ["--bind", str(path), str(path)]
+    args += [
+        "--setenv", "HOME", "/tmp/home",
+        "--setenv", "IPYTHONDIR", "/tmp/home/.ipython",
+        "--setenv", "MPLCONFIGDIR", "/tmp/home/.matplotlib",
+        "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp/home/runtime",
+        "--setenv", "TRITON_CACHE_DIR", "/tmp/home/.triton",
+        "--chdir", str(submission.scratch),
+    ]  # fmt: skip
+    return args
+
+
+def prlimit_args(limits: Limits, with_nproc: bool) -> list[str]:
+    args = [
+        shutil.which("prlimit") or "prlimit",
+        f"--as={limits.address_space_bytes}",
+        f"--cpu={limits.cpu_seconds}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+    ]
+    if with_nproc:
+        args.append(f"--nproc={limits.processes}")
+    return args + ["--"]
+
+
+class PidsCgroup:
+    """A ``pids`` cgroup capping the processes of one sandbox, where the machine lets us make one."""
+
+    def __init__(self, limit: int):
+        self.path: Path | None = None
+        for base in PIDS_CGROUP_ROOTS:
+            if (base / "cgroup.procs").exists() and (
+                base.name == "pids" or "pids" in _read(base / "cgroup.subtree_control")
+            ):
+                path = base / f"paged-grading-{uuid.uuid4().hex[:12]}"
+                try:
+                    path.mkdir()
+                    (path / "pids.max").write_text(str(limit))
+                except OSError:
+                    continue
+                self.path = path
+                break
+
+    def enter_command(self) -> list[str]:
+        """A shell prefix that moves itself into the cgroup, then execs the rest of the command."""
+        if self.path is None:
+            return []
+        return ["/bin/sh", "-c", f'echo $$ > {self.path / "cgroup.procs"} && exec "$@"', "sandbox"]
+
+    def kill_all_and_remove(self) -> None:
+        if self.path is None:
+            return
+        import signal
+
+        for line in _read(self.path / "cgroup.procs").split():
+            try:
+                os.kill(int(line), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.05)
+        self.path = None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+class Sandbox:
+    """One sandbox's command prefix and its clean-up (cgroup, socket folder)."""
+
+    def __init__(self, submission: Submission, readable: list[Path] = (), limits: Limits = Limits()):
+        self.submission = submission
+        self.limits = limits
+        self.private = Path(tempfile.mkdtemp(prefix="paged-sandbox-"))
+        self.cgroup = PidsCgroup(limits.processes)
+        if self.cgroup.path is None and os.geteuid() == 0:
+            LOG.warning("no writable pids cgroup and grading as root: the sandbox has no process cap")
+        self.prefix = [
+            *self.cgroup.enter_command(),
+            *prlimit_args(limits, with_nproc=self.cgroup.path is None),
+            *bwrap_args(submission, writable=[self.private], readable=list(readable), limits=limits),
+            "--",
+            # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
+            # when its parent is pid 1 (it takes that for "the process that started me died").
+            "/bin/sh", "-c", '"$@"; exit $?', "sandboxed",
+        ]  # fmt: skip
+
+    def close(self) -> None:
+        self.cgroup.kill_all_and_remove()
+        shutil.rmtree(self.private, ignore_errors=True)
+
+
+def pristine_copies() -> list[Path]:
+    """The guard's verified copies of the package written for the notebook being graded."""
+    from .guard import snapshot_for_this_grading_run
+
+    return list(snapshot_for_this_grading_run().written)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """The kernel manager of nbgrader's executor: each grading kernel starts inside a sandbox.
+
+    The kernel listens on Unix sockets in the sandbox's private folder (no network exists
+    inside), and is interrupted by a control message (a signal would reach bubblewrap, not the
+    kernel). With ``--no-sandbox-UNSAFE`` it is nbgrader's plain AsyncKernelManager.
+    """
+
+    sandbox: Sandbox | None = None
+
+    async def _async_pre_start_kernel(self, **kwargs):
+        if not sandbox_disabled() and self.sandbox is None:
+            submission = Submission.from_working_dir(kwargs.get("cwd") or os.getcwd())
+            self.sandbox = Sandbox(submission, readable=pristine_copies())
+            self.transport = "ipc"
+            self.ip = str(self.sandbox.private / "kernel")
+            self.connection_file = str(self.sandbox.private / "connection.json")
+        return await super()._async_pre_start_kernel(**kwargs)
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        command = super().format_kernel_cmd(extra_arguments)
+        if self.sandbox is None:
+            return command
+        self.kernel_spec.interrupt_mode = "message"
+        return [*self.sandbox.prefix, *command]
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if self.sandbox is not None and not restart:
+            self.sandbox.close()
+            self.sandbox = None
