@@ -27,6 +27,9 @@ c.FairExecute.slow_assignments = {  # Triton kernels run in the CPU interpreter 
 c.FairExecute.interrupt_on_timeout = True
 c.FairExecute.max_kernel_restarts = 3
 c.FairExecute.responsive_grace = 10
+# The clean re-run of every test cell (second_opinion.py): same per-cell budgets.
+c.SecondOpinion.timeout = 120
+c.SecondOpinion.slow_assignments = c.FairExecute.slow_assignments
 
 # Known harmless stderr noise, removed before grading (everything else in a test cell's stderr
 # is shown as "[stderr] ..." and does not cost points; see paged_grading/outputs.py).
@@ -55,6 +58,7 @@ c.Autograde.sanitize_preprocessors = [
 c.Autograde.autograde_preprocessors = [
     "paged_grading.execute.FairExecute",
     "paged_grading.guard.GuardAudit",
+    "paged_grading.second_opinion.SecondOpinion",
     "nbgrader.preprocessors.IgnorePattern",
     "paged_grading.outputs.DemoteStderr",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

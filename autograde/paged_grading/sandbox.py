@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -65,6 +66,16 @@ class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or does not work here; grading refuses to run unconfined by itself."""
 
 
+def configure(unsafe: bool) -> None:
+    """For ``course.py grade``: check that bubblewrap works, or record the unsafe choice for nbgrader."""
+    if unsafe:
+        print(f"WARNING {UNSAFE_FLAG}: student code runs unconfined, as this user, with the course in reach.")
+        os.environ[UNSAFE_ENV] = "1"
+    else:
+        os.environ.pop(UNSAFE_ENV, None)
+        require_bwrap()
+
+
 def sandbox_disabled() -> bool:
     return os.environ.get(UNSAFE_ENV) == "1"
 
@@ -72,9 +83,16 @@ def sandbox_disabled() -> bool:
 @functools.cache
 def require_bwrap() -> str:
     path = shutil.which(BWRAP)
-    if path is None:
+    works = (
+        path is not None
+        and not subprocess.run(
+            [path, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "true"], capture_output=True
+        ).returncode
+    )
+    if not works:
         raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`. Grading runs every "
+            "bubblewrap (bwrap) is missing or cannot create namespaces here: `apt-get install bubblewrap`. "
+            "Grading runs every "
             f"submission in a sandbox; to grade without one (trusted code only) pass {UNSAFE_FLAG}."
         )
     return path
@@ -115,6 +133,7 @@ def bwrap_args(
     writable: list[Path] = (),
     readable: list[Path] = (),
     limits: Limits = Limits(),
+    scratch_writable: bool = True,
 ) -> list[str]:
     """The bubblewrap command line (without the command to run) for one student's code."""
     args = [
@@ -145,7 +164,9 @@ def bwrap_args(
     ]
     for path in student_dirs:
         args += _ro(path)
-    for path in [submission.scratch, *writable]:
+    if not scratch_writable:
+        args += _ro(submission.scratch)
+    for path in [submission.scratch, *writable] if scratch_writable else writable:
         args += ["--bind", str(path), str(path)]
     args += [
         "--setenv", "HOME", "/tmp/home",
@@ -227,7 +248,13 @@ def _read(path: Path) -> str:
 class Sandbox:
     """One sandbox's command prefix and its clean-up (cgroup, socket folder)."""
 
-    def __init__(self, submission: Submission, readable: list[Path] = (), limits: Limits = Limits()):
+    def __init__(
+        self,
+        submission: Submission,
+        readable: list[Path] = (),
+        limits: Limits = Limits(),
+        scratch_writable: bool = True,
+    ):
         self.submission = submission
         self.limits = limits
         self.private = Path(tempfile.mkdtemp(prefix="paged-sandbox-"))
@@ -237,7 +264,7 @@ class Sandbox:
         self.prefix = [
             *self.cgroup.enter_command(),
             *prlimit_args(limits, with_nproc=self.cgroup.path is None),
-            *bwrap_args(submission, writable=[self.private], readable=list(readable), limits=limits),
+            *bwrap_args(submission, [self.private], list(readable), limits, scratch_writable),
             "--",
             # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
             # when its parent is pid 1 (it takes that for "the process that started me died").

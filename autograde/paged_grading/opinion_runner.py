@@ -1,0 +1,336 @@
+"""The second opinion's worker: runs INSIDE a sandbox, with the standard library and paged_helpers.
+
+    python opinion_runner.py SPEC.json     (prints one JSON object on stdout at the end)
+
+SPEC: {"notebook": path of the student's submitted notebook, "cells": [{"grade_id": ...,
+"calls": [{"check": name, "args": [["name", "BlockAllocator"] | ["value", 3]], "kwargs": {...}}]}],
+"timeout": seconds per cell}.
+
+Order matters, and is the point of this file:
+
+1. ``paged_helpers.checks`` is imported, and the check functions are taken from its registry,
+   before any student code exists in the process. The state of the import system, builtins and
+   ``sys.modules`` is recorded.
+2. For each graded cell, the process forks. The child closes stdin/stdout/stderr, installs an
+   audit hook (it cannot be removed), loads only the submission's definitions with
+   ``load_definitions`` (imports, functions, classes, constants, earlier-notebook loads; never a
+   top-level statement such as ``sys.meta_path.insert(...)``), puts the recorded import system
+   back, calls the checks, and writes its outcome to a pipe, tagged with a token drawn before
+   the fork. The parent (which never runs student code) reads the pipe with a timeout.
+3. The audit hook reports, at once and through the same pipe, what student code does while it
+   runs: taking frame objects (the checker's stack), walking the garbage collector, tracing,
+   ctypes, compiling code, starting processes. An outcome that does not carry the token, or
+   more than one outcome, is a forgery and fails.
+
+The grader (``second_opinion``) turns this into scores outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import secrets
+import select
+import signal
+import sys
+import time
+
+# The checks first, before any student code: what the cells call is fixed here.
+import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
+from paged_helpers.checks import report
+from paged_helpers.notebook_loader import load_definitions
+
+CHECKS = {name: info.function for name, info in report.REGISTRY.items()}
+LEARNER_SUFFIX = " (code cells)"  # the file name notebook_loader gives a student's definitions
+FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
+ALWAYS_SUSPICIOUS = (
+    "sys.settrace",
+    "sys.setprofile",
+    "sys._current_frames",
+    "sys.addaudithook",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "ctypes.",
+    "code.__new__",
+    "os.fork",
+    "os.exec",
+    "os.posix_spawn",
+    "os.system",
+    "subprocess.Popen",
+    "os.kill",
+    "socket.",
+    "sys.remote_exec",
+)
+# Standard-library modules that take frames on a caller's behalf: the caller is the actor.
+FRAME_HELPERS = ("inspect", "traceback")
+TORCH_MATH = {
+    "matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "softmax", "log_softmax", "exp",
+    "scaled_dot_product_attention", "tensordot", "dot", "__matmul__", "__rmatmul__",
+}  # fmt: skip
+
+_PRISTINE = {
+    "import": builtins.__import__,
+    "builtins": dict(builtins.__dict__),
+    "meta_path": list(sys.meta_path),
+    "path_hooks": list(sys.path_hooks),
+    "path": list(sys.path),
+    "modules": dict(sys.modules),
+    "displayhook": sys.displayhook,
+    "excepthook": sys.excepthook,
+}
+
+
+def _is_learner(frame) -> bool:
+    return frame is not None and frame.f_code.co_filename.endswith(LEARNER_SUFFIX)
+
+
+def _learner_on_stack(frame) -> bool:
+    while frame is not None:
+        if _is_learner(frame):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _module_of(frame) -> str:
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
+
+
+class Watch:
+    """The audit hook of one child: reports student actions as soon as they happen."""
+
+    def __init__(self, out: int):
+        self.out = out
+        self.armed = False
+        self.busy = False
+        self.seen: set[str] = set()
+
+    def report(self, what: str) -> None:
+        if what not in self.seen:
+            self.seen.add(what)
+            os.write(self.out, (json.dumps({"flag": what}) + "\n").encode())
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if not self.armed or self.busy:
+            return
+        self.busy = True
+        try:
+            self._judge(event, args)
+        finally:
+            self.busy = False
+
+    def _judge(self, event: str, args: tuple) -> None:
+        if event == "object.__getattr__" and (len(args) < 2 or args[1] not in FRAME_ATTRIBUTES):
+            return
+        interesting = event in ("sys._getframe", "object.__getattr__", "compile", "open")
+        if not interesting and not event.startswith(ALWAYS_SUSPICIOUS):
+            return
+        caller = sys._getframe(2)  # 0: _judge, 1: __call__, 2: whoever raised the event
+        actor = caller
+        while actor is not None and _module_of(actor).split(".")[0] in FRAME_HELPERS:
+            actor = actor.f_back
+        if event == "open":
+            mode = args[1] if len(args) > 1 else "r"
+            if _is_learner(actor) and isinstance(mode, str) and any(m in mode for m in "wax+"):
+                self.report(f"student code opened {args[0]!r} for writing during the check")
+            return
+        if event == "compile":
+            if _is_learner(caller):
+                self.report("student code compiled new code during the check (compile/exec)")
+            return
+        if event in ("sys._getframe", "object.__getattr__"):
+            if _is_learner(actor):
+                self.report(
+                    "student code took a frame object during the check (sys._getframe, inspect, "
+                    "a traceback's tb_frame): looking at the checker's stack"
+                )
+            return
+        if _learner_on_stack(caller):
+            self.report(f"student code used {event} during the check")
+
+
+def _restore_import_system() -> list[str]:
+    """Put back what the definitions may have changed; return what was changed."""
+    changed = []
+    if builtins.__import__ is not _PRISTINE["import"]:
+        changed.append("builtins.__import__ was replaced (an import hook)")
+    for name, value in _PRISTINE["builtins"].items():
+        if builtins.__dict__.get(name) is not value:
+            builtins.__dict__[name] = value
+            if name != "__import__":
+                changed.append(f"builtins.{name} was replaced")
+    if sys.meta_path != _PRISTINE["meta_path"]:
+        changed.append("sys.meta_path was changed (an import finder)")
+    if sys.path_hooks != _PRISTINE["path_hooks"]:
+        changed.append("sys.path_hooks was changed")
+    for name, module in _PRISTINE["modules"].items():
+        if sys.modules.get(name) is not module:
+            changed.append(f"sys.modules[{name!r}] was replaced")
+            sys.modules[name] = module
+    if sys.displayhook is not _PRISTINE["displayhook"] or sys.excepthook is not _PRISTINE["excepthook"]:
+        changed.append("sys.displayhook or sys.excepthook was replaced")
+    sys.meta_path[:] = _PRISTINE["meta_path"]
+    sys.path_hooks[:] = _PRISTINE["path_hooks"]
+    sys.path[:] = _PRISTINE["path"]
+    sys.displayhook, sys.excepthook = _PRISTINE["displayhook"], _PRISTINE["excepthook"]
+    return changed
+
+
+def _torch_math_watch(watch: Watch):
+    """A torch function mode that reports attention math called directly from student code."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class StudentTorchMath(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in TORCH_MATH and _is_learner(sys._getframe(1)):
+                watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
+            return func(*args, **(kwargs or {}))
+
+    del torch
+    return StudentTorchMath()
+
+
+def _defines_triton_kernels(module) -> bool:
+    return any(type(value).__module__.startswith("triton") for value in vars(module).values())
+
+
+def _child(cell: dict, notebook: str, out: int, token: str) -> None:
+    """Load the definitions, run the cell's checks, write the outcome. Never returns."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    watch = Watch(out)
+    sys.addaudithook(watch)
+    outcome = {"token": token, "passed": False, "message": "", "load_changes": []}
+    try:
+        watch.armed = True
+        module = load_definitions(notebook, module_name="learner_submission")
+        outcome["load_changes"] = _restore_import_system()
+        mode = _torch_math_watch(watch) if _defines_triton_kernels(module) else None
+        for call in cell["calls"]:
+            function = CHECKS[call["check"]]
+            args = [getattr(module, v) if kind == "name" else v for kind, v in call["args"]]
+            if mode is None:
+                function(*args, **call["kwargs"])
+            else:
+                with mode:
+                    function(*args, **call["kwargs"])
+        watch.armed = False
+        outcome["passed"] = True
+    except AttributeError as error:
+        watch.armed = False
+        outcome["message"] = f"a name the test needs is not defined: {error}"
+    except BaseException as error:  # the check's verdict, or the student's code failing
+        watch.armed = False
+        outcome["message"] = f"{type(error).__name__}: {error}"[:2000]
+    outcome["load_changes"] += [c for c in _restore_import_system() if c not in outcome["load_changes"]]
+    os.write(out, (json.dumps({"outcome": outcome}) + "\n").encode())
+    os._exit(0)
+
+
+def _read_until_exit(pid: int, fd: int, timeout: float) -> tuple[bytes, bool]:
+    data, deadline, timed_out = b"", time.monotonic() + timeout, False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > 1 << 20:
+            break
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+    return data, timed_out
+
+
+def judge(data: bytes, token: str, timed_out: bool, timeout: float) -> dict:
+    """The cell's verdict from what its child wrote: flags, then exactly one genuine outcome."""
+    flags, outcomes, forged = [], [], 0
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            forged += 1
+            continue
+        if isinstance(record, dict) and "flag" in record:
+            flags.append(str(record["flag"]))
+        elif isinstance(record, dict) and isinstance(record.get("outcome"), dict):
+            if record["outcome"].get("token") == token:
+                outcomes.append(record["outcome"])
+            else:
+                forged += 1
+        else:
+            forged += 1
+    if forged:
+        flags.append(f"{forged} forged or garbled result line(s) came from student code")
+    if timed_out:
+        return {"passed": False, "message": f"the checks ran longer than {timeout:.0f} s", "flags": flags}
+    if len(outcomes) != 1:
+        why = "no result (the process died or was cut short)" if not outcomes else "more than one result"
+        return {"passed": False, "message": why, "flags": flags}
+    outcome = outcomes[0]
+    flags += [f"while loading the definitions: {c}" for c in outcome.get("load_changes", [])]
+    return {"passed": bool(outcome["passed"]) and not flags, "message": outcome["message"], "flags": flags}
+
+
+def _non_dumpable() -> None:
+    """Children may not read this process's memory or file descriptors through /proc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    _non_dumpable()
+    results = {}
+    for cell in spec["cells"]:
+        token = secrets.token_hex(16)
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            try:
+                _child(cell, spec["notebook"], write_end, token)
+            finally:
+                os._exit(1)
+        os.close(write_end)
+        data, timed_out = _read_until_exit(pid, read_end, spec["timeout"])
+        os.close(read_end)
+        results[cell["grade_id"]] = judge(data, token, timed_out, spec["timeout"])
+    _kill_everything_else()
+    sys.stdout.write(json.dumps(results) + "\n")
+    return 0
+
+
+def _kill_everything_else() -> None:
+    """Nothing a child started outlives the cells (the sandbox's pid namespace ends with us too)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in (me, 1, os.getppid()):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
