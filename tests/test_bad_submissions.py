@@ -72,6 +72,123 @@ check_block_allocator(None)
 print({PATCHED!r})
 """
 
+# --- tricks that beat the in-kernel guard; the sandbox or the second opinion must beat them ---
+FAKE_CHECKS = """\
+import sys, types
+fake_checks = types.ModuleType("paged_helpers.checks")
+fake_checks.check_block_allocator = lambda *args, **kwargs: print("check_block_allocator: passed")
+"""
+
+FAKE_RUNPY = FAKE_CHECKS + """\
+fake_ph = types.ModuleType("paged_helpers")
+fake_ph.checks = fake_checks
+fake_runpy = types.ModuleType("runpy")
+def run_path(path, *args, **kwargs):
+    sys.modules["paged_helpers"] = fake_ph
+    sys.modules["paged_helpers.checks"] = fake_checks
+    return {"fresh_helpers": lambda *args, **kwargs: fake_ph}
+fake_runpy.run_path = run_path
+sys.modules["runpy"] = fake_runpy
+"""
+
+IMPORT_HOOK = FAKE_CHECKS + """\
+import builtins
+real_import = builtins.__import__
+def hooked(name, globals=None, locals=None, fromlist=(), level=0):
+    if name == "paged_helpers.checks":
+        return fake_checks
+    return real_import(name, globals, locals, fromlist, level)
+builtins.__import__ = hooked
+"""
+
+META_PATH_FINDER = """\
+import importlib.abc, importlib.machinery, sys
+class PassingChecks(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "paged_helpers.checks":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return real.create_module(spec)
+            def exec_module(self, module):
+                real.exec_module(module)
+                module.check_block_allocator = lambda *args, **kwargs: None
+        spec.loader = Loader()
+        return spec
+sys.meta_path.insert(0, PassingChecks())
+"""
+
+THREAD_SWAPS_FILES = """\
+import glob, threading, time
+STUB = "from .report import check\\n@check(notebook='02_block_allocator', builds='BlockAllocator')\\ndef check_block_allocator(*args, **kwargs):\\n    pass\\n"
+refused = []
+def swap():
+    for _ in range(4000):
+        for path in glob.glob("/tmp/paged-grading-*/paged_helpers/checks/allocator.py"):
+            try:
+                with open(path, "w") as f:
+                    f.write(STUB)
+            except OSError as error:
+                refused.append(error)
+        time.sleep(0.002)
+threading.Thread(target=swap, daemon=True).start()
+"""
+
+EXECUTE_RESULT_FIRST = """\
+ip = get_ipython()
+ip.events.register("pre_run_cell", lambda *args: ip.displayhook(6.0))
+"""
+
+AST_TRANSFORMER = """\
+import ast
+class ForgiveEverything(ast.NodeTransformer):
+    def visit_Module(self, node):
+        handler = ast.ExceptHandler(type=ast.Name("BaseException", ast.Load()), name=None, body=[ast.Pass()])
+        node.body = [ast.Try(body=node.body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[])]
+        return ast.fix_missing_locations(node)
+get_ipython().ast_transformers.append(ForgiveEverything())
+"""
+
+# Run inside a method the check calls: it reads the checker's local variables.
+PEEK_AT_THE_CHECKER = """\
+        import sys
+        checker_locals = dict(sys._getframe(1).f_locals)"""
+
+ESCAPES = f"""\
+import glob, os, pathlib, site, socket, sqlite3, sys
+for path in glob.glob("../../../source/*/*.ipynb") + glob.glob({str(ROOT / "notebooks")!r} + "/*.ipynb"):
+    print(open(path).read())
+print("visible:", [p for p in ["../../../source", "../../../gradebook.db", "../../../nbgrader_config.py",
+      "../../../release", "../../zz_blank_after_the_edit", {str(ROOT / "notebooks")!r}] if os.path.exists(p)])
+try:
+    db = sqlite3.connect("../../../gradebook.db")
+    db.execute("UPDATE grade SET manual_score = 100")
+    db.commit()
+    print("gradebook written")
+except Exception as error:
+    print("gradebook refused:", type(error).__name__)
+for folder in [*site.getsitepackages(), sys.prefix]:
+    try:
+        pathlib.Path(folder, "zz_planted_by_a_student.pth").write_text("import sys\\n")
+        print("planted in", folder)
+    except OSError as error:
+        print("pth refused:", type(error).__name__)
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=2)
+    print("network reached")
+except OSError as error:
+    print("network refused:", type(error).__name__)
+try:
+    pathlib.Path("../../../nbgrader_config.py").open("a").write("c.GenerateFeedback.preprocessors = []\\n")
+    print("config appended")
+except OSError as error:
+    print("config refused:", type(error).__name__)
+"""
+
+ESCAPE_MARKERS = ("gradebook written", "planted in", "network reached", "config appended")
+
 IGNORE_INTERRUPTS = """\
 import signal
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -196,6 +313,39 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
             "rewrote the installed check module on disk",
         ),
         "zz_blank_after_the_edit": (blank, 0.0, "a blank one after the edit: the stub is gone"),
+        "fake_runpy": (insert_cell_after(blank, SOLUTION, FAKE_RUNPY), 0.0, "a fake runpy in sys.modules"),
+        "import_hook": (insert_cell_after(blank, SOLUTION, IMPORT_HOOK), 0.0, "a builtins.__import__ hook"),
+        "meta_path_finder": (
+            insert_cell_after(blank, SOLUTION, META_PATH_FINDER),
+            0.0,
+            "a sys.meta_path finder serving a passing check",
+        ),
+        "thread_swaps_files": (
+            insert_cell_after(blank, SOLUTION, THREAD_SWAPS_FILES),
+            0.0,
+            "a thread rewriting the guard's private copy",
+        ),
+        "execute_result_first": (
+            insert_cell_after(blank, SOLUTION, EXECUTE_RESULT_FIRST),
+            0.0,
+            "an execute_result (6.0) emitted before the test's error",
+        ),
+        "ast_transformer": (
+            insert_cell_after(blank, SOLUTION, AST_TRANSFORMER),
+            0.0,
+            "an IPython AST transformer wrapping every cell in try/except",
+        ),
+        "peeks_at_the_checker": (
+            replace_in_cell(right, SOLUTION, "        block = self.free.popleft()", PEEK_AT_THE_CHECKER + "\n        block = self.free.popleft()"),
+            0.0,
+            "a right allocator that reads the checker's stack frames",
+        ),
+        "escapes_right": (
+            insert_cell_after(right, SOLUTION, ESCAPES),
+            FULL,
+            "a right solution that also tries to read source/, write the gradebook, plant a .pth, "
+            "use the network and edit the config: all refused, its points kept",
+        ),
     }
 
 

@@ -175,6 +175,7 @@ def bwrap_args(
         "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp/home/runtime",
         "--setenv", "TRITON_CACHE_DIR", "/tmp/home/.triton",
         "--chdir", str(submission.scratch),
+        "--remount-ro", "/",  # the sandbox's own root: no writes outside the binds and /tmp
     ]  # fmt: skip
     return args
 
