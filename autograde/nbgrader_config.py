@@ -72,6 +72,7 @@ c.Autograde.autograde_preprocessors = [
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "paged_grading.outputs.StripGuard",
+    "paged_grading.hidden.HideHiddenTests",
     "nbgrader.preprocessors.ClearHiddenTests",
     "paged_grading.outputs.HideTestTracebacks",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",

@@ -34,9 +34,31 @@ if str(AUTOGRADE) not in sys.path:
     sys.path.insert(0, str(AUTOGRADE))
 
 # Re-exported for the test modules, so that they need not touch sys.path themselves.
-from paged_grading import collect, guard, kernel_guard, outputs, release_check, report  # noqa: E402
+from paged_grading import (  # noqa: E402
+    collect,
+    guard,
+    hidden,
+    kernel_guard,
+    opinion_runner,
+    outputs,
+    release_check,
+    report,
+    sandbox,
+    second_opinion,
+)
 
-__all__ = ["collect", "guard", "kernel_guard", "outputs", "release_check", "report"]
+__all__ = [
+    "collect",
+    "guard",
+    "hidden",
+    "kernel_guard",
+    "opinion_runner",
+    "outputs",
+    "release_check",
+    "report",
+    "sandbox",
+    "second_opinion",
+]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -159,6 +181,14 @@ def scores_of(root: Path) -> dict[tuple[str, str], dict[str, tuple[float, float]
     for row in report.autograded_scores(f"sqlite:///{root / 'gradebook.db'}"):
         scores.setdefault((row.student, row.assignment), {})[row.check] = (row.score, row.max_score)
     return scores
+
+
+def manual_scores(root: Path) -> list[float | None]:
+    """Every manual_score in the gradebook (None unless an instructor, or an attack, set one)."""
+    import sqlite3
+
+    with sqlite3.connect(root / "gradebook.db") as db:
+        return [row[0] for row in db.execute("SELECT manual_score FROM grade")]
 
 
 def total(cells: dict[str, tuple[float, float]]) -> tuple[float, float]:

@@ -9,6 +9,8 @@ to keep the run short.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -18,10 +20,12 @@ from autograde_helpers import (
     cell_of,
     course,
     errors_of,
+    feedback_text,
     graded_course,
     insert_cell_after,
     instructor,
     isolated_site,
+    manual_scores,
     released,
     replace_in_cell,
     scores_of,
@@ -79,7 +83,9 @@ fake_checks = types.ModuleType("paged_helpers.checks")
 fake_checks.check_block_allocator = lambda *args, **kwargs: print("check_block_allocator: passed")
 """
 
-FAKE_RUNPY = FAKE_CHECKS + """\
+FAKE_RUNPY = (
+    FAKE_CHECKS
+    + """\
 fake_ph = types.ModuleType("paged_helpers")
 fake_ph.checks = fake_checks
 fake_runpy = types.ModuleType("runpy")
@@ -90,8 +96,11 @@ def run_path(path, *args, **kwargs):
 fake_runpy.run_path = run_path
 sys.modules["runpy"] = fake_runpy
 """
+)
 
-IMPORT_HOOK = FAKE_CHECKS + """\
+IMPORT_HOOK = (
+    FAKE_CHECKS
+    + """\
 import builtins
 real_import = builtins.__import__
 def hooked(name, globals=None, locals=None, fromlist=(), level=0):
@@ -100,6 +109,7 @@ def hooked(name, globals=None, locals=None, fromlist=(), level=0):
     return real_import(name, globals, locals, fromlist, level)
 builtins.__import__ = hooked
 """
+)
 
 META_PATH_FINDER = """\
 import importlib.abc, importlib.machinery, sys
@@ -122,7 +132,7 @@ sys.meta_path.insert(0, PassingChecks())
 
 THREAD_SWAPS_FILES = """\
 import glob, threading, time
-STUB = "from .report import check\\n@check(notebook='02_block_allocator', builds='BlockAllocator')\\ndef check_block_allocator(*args, **kwargs):\\n    pass\\n"
+STUB = "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
 refused = []
 def swap():
     for _ in range(4000):
@@ -336,7 +346,12 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
             "an IPython AST transformer wrapping every cell in try/except",
         ),
         "peeks_at_the_checker": (
-            replace_in_cell(right, SOLUTION, "        block = self.free.popleft()", PEEK_AT_THE_CHECKER + "\n        block = self.free.popleft()"),
+            replace_in_cell(
+                right,
+                SOLUTION,
+                "        block = self.free.popleft()",
+                PEEK_AT_THE_CHECKER + "\n        block = self.free.popleft()",
+            ),
             0.0,
             "a right allocator that reads the checker's stack frames",
         ),
@@ -351,7 +366,10 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
 
 @pytest.fixture(scope="module")
 def bad_class(tmp_path_factory):
-    root = graded_course("bad-submissions", **{"FairExecute.timeout": TIMEOUT, "FairExecute.responsive_grace": 5})
+    root = graded_course(
+        "bad-submissions",
+        **{"FairExecute.timeout": TIMEOUT, "FairExecute.responsive_grace": 5, "SecondOpinion.timeout": TIMEOUT},
+    )
     submissions = _submissions()
     folder = tmp_path_factory.mktemp("class")
     for student, (notebook, _, _) in submissions.items():
@@ -395,25 +413,91 @@ def test_timeouts_and_crashes_say_what_happened(bad_class):
         assert len(crashed) == 1 and not crashed[0].metadata.get("nbgrader"), student
 
 
-def test_monkeypatching_and_disk_edits_meet_the_real_check(bad_class):
+def _outputs_text(cell) -> str:
+    return "".join(o.get("text", "") + o.get("evalue", "") for o in cell.outputs)
+
+
+def test_monkeypatching_meets_the_real_check_and_the_package_is_read_only(bad_class):
     root = bad_class[0]
     for student in ("monkeypatch_attribute", "monkeypatch_module", "edit_package_on_disk"):
-        attack = autograded_notebook(root, student, A).cells[
-            cell_of(autograded_notebook(root, student, A), SOLUTION) + 1
-        ]
-        attack_text = "".join(o.get("text", "") for o in attack.outputs)
-        assert PATCHED in attack_text, (student, attack.outputs)  # the attack worked in its own cell
-        messages = errors_of(autograded_notebook(root, student, A), TEST)
+        notebook = autograded_notebook(root, student, A)
+        attack_text = _outputs_text(notebook.cells[cell_of(notebook, SOLUTION) + 1])
+        if student == "edit_package_on_disk":  # the sandbox mounts the package read-only
+            assert "Read-only file system" in attack_text and PATCHED not in attack_text, attack_text
+        else:
+            assert PATCHED in attack_text, (student, attack_text)  # the attack worked in its own cell
+        messages = errors_of(notebook, TEST)
         assert any("not implemented yet" in m for m in messages), (student, messages)
 
 
-def test_a_disk_edit_is_restored_and_logged(bad_class):
+def test_the_installed_package_is_never_changed(bad_class):
     root = bad_class[0]
     log = (root / "reports" / "integrity.log").read_text()
-    assert "edit_package_on_disk" in log and "checks/allocator.py" in log
-    assert [line.split("\t")[1] for line in log.splitlines()] == ["edit_package_on_disk"]
+    assert "modified installed" not in log
     installed = isolated_site() / "paged_helpers" / "checks" / "allocator.py"
     assert installed.read_text() == (ROOT / "paged_helpers" / "checks" / "allocator.py").read_text()
+
+
+CAUGHT_BY_THE_SECOND_OPINION = {
+    "fake_runpy": "a fake module in sys.modules",
+    "import_hook": "an import hook",
+    "meta_path_finder": "an import finder",
+    "execute_result_first": "display / output hooks",
+    "ast_transformer": "an IPython AST transformer",
+    "peeks_at_the_checker": "took a frame object",
+}
+
+
+def _integrity_lines(root, student: str) -> list[str]:
+    log = (root / "reports" / "integrity.log").read_text()
+    return [line for line in log.splitlines() if line.split("\t")[1] == student]
+
+
+@pytest.mark.parametrize("student", sorted(CAUGHT_BY_THE_SECOND_OPINION))
+def test_tricks_that_fool_the_kernel_are_caught_by_the_clean_run(bad_class, student):
+    root = bad_class[0]
+    lines = _integrity_lines(root, student)
+    assert len(lines) == 1 and "kernel passed, clean run failed (scored 0)" in lines[0], lines
+    assert CAUGHT_BY_THE_SECOND_OPINION[student] in lines[0], lines
+    messages = errors_of(autograded_notebook(root, student, A), TEST)
+    assert messages[0].startswith("SecondOpinion: this test passed in your notebook"), messages
+    assert "SecondOpinion" in feedback_text(root, student, A)
+
+
+def test_honest_students_are_not_flagged(bad_class):
+    root = bad_class[0]
+    honest = [s for s, (_, points, _) in _submissions().items() if points == FULL]
+    flagged = {line.split("\t")[1] for line in (root / "reports" / "integrity.log").read_text().splitlines()}
+    assert not flagged & set(honest), flagged & set(honest)
+
+
+def test_the_sandbox_refuses_every_escape(bad_class):
+    root = bad_class[0]
+    notebook = autograded_notebook(root, "escapes_right", A)
+    text = _outputs_text(notebook.cells[cell_of(notebook, SOLUTION) + 1])
+    assert "visible: []" in text, text
+    for refused in ("gradebook refused", "pth refused", "network refused", "config refused"):
+        assert refused in text, text
+    assert not any(marker in text for marker in ESCAPE_MARKERS), text
+    import site
+
+    assert not [p for p in map(Path, site.getsitepackages()) if (p / "zz_planted_by_a_student.pth").exists()]
+    assert "GenerateFeedback" not in (root / "nbgrader_config.py").read_text()
+    assert not [row for row in manual_scores(root) if row is not None]
+
+
+def test_no_solution_or_hidden_test_in_any_feedback(bad_class):
+    from autograde_helpers import NOTEBOOKS, feedback_text, release_check
+
+    root, submissions, _ = bad_class
+    hidden = ["seed=2026", "seed 2026", "HIDDEN TESTS", "autograde guard"]
+    solution = release_check.secret_lines(NOTEBOOKS / f"{A}.ipynb")
+    for student, (notebook, _, _) in submissions.items():
+        text = feedback_text(root, student, A)
+        assert not [h for h in hidden if h in text], student
+        wrote_a_solution = any(line in "\n".join(c.source for c in notebook.cells) for line in solution)
+        if not wrote_a_solution:
+            assert not [line for line in solution if line in text], student
 
 
 def test_stderr_is_shown_not_punished(bad_class):
@@ -425,12 +509,3 @@ def test_stderr_is_shown_not_punished(bad_class):
     text = "".join(o.text for o in streams)
     assert "debug: allocate" in text  # sys.stderr inside a check: the check sends it to stdout
     assert "[stderr] log: allocate called" in text  # a logging handler holds the kernel's stderr
-
-
-def test_feedback_hides_the_guard_and_the_hidden_tests(bad_class):
-    from autograde_helpers import feedback_text
-
-    root = bad_class[0]
-    for student in ("release", "monkeypatch_module", "loop_in_solution"):
-        text = feedback_text(root, student, A)
-        assert "autograde guard" not in text and "seed=2026" not in text and "HIDDEN TESTS" not in text

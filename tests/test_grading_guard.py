@@ -136,3 +136,174 @@ def test_shards_split_a_class_without_overlap():
     assert all(len(shard) in (3, 4) for shard in shards)
     with pytest.raises(SystemExit):
         course.shard_of(students, "4/3")
+
+
+# --- the sandbox and the second opinion (fast: no nbgrader run) ------------------------------
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _student_course(tmp_path, student="alice", assignment="02_block_allocator", notebook=None):
+    """A course root with one student's submission and autograded scratch, plus secrets beside it."""
+    from autograde_helpers import sandbox
+
+    root = tmp_path / "course"
+    for part in ("source/" + assignment, f"submitted/{student}/{assignment}", f"autograded/{student}/{assignment}"):
+        (root / part).mkdir(parents=True, exist_ok=True)
+    (root / "source" / assignment / "secret.txt").write_text("hidden tests\n")
+    (root / "gradebook.db").write_text("")
+    (root / "submitted" / "bob").mkdir()
+    if notebook is not None:
+        import nbformat
+
+        nbformat.write(notebook, root / "submitted" / student / assignment / f"{assignment}.ipynb")
+    return sandbox.Submission(root, student, assignment)
+
+
+@needs_bwrap
+def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
+    from autograde_helpers import sandbox
+
+    submission = _student_course(tmp_path)
+    box = sandbox.Sandbox(submission)
+    probe = textwrap.dedent(
+        f"""
+        import os, socket, paged_helpers
+        print(sorted(os.listdir({str(submission.root)!r})))
+        print(sorted(os.listdir({str(submission.root / "submitted")!r})))
+        open("scratch.txt", "w").write("mine")
+        for target in [{str(submission.root / "submitted" / "alice" / "x")!r}, paged_helpers.__file__]:
+            try:
+                open(target, "a").write("x")
+                print("WROTE", target)
+            except OSError as error:
+                print("refused", error.errno)
+        try:
+            socket.create_connection(("127.0.0.1", 22), timeout=2)
+            print("NETWORK")
+        except OSError:
+            print("no network")
+        """
+    )
+    try:
+        done = subprocess.run([*box.prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    finally:
+        box.close()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "['autograded', 'submitted']" and lines[1] == "['alice']", lines
+    assert lines[2:4] == ["refused 30", "refused 30"] and lines[4] == "no network", lines
+    assert (submission.scratch / "scratch.txt").read_text() == "mine"
+    assert box.cgroup.path is None and not box.private.exists()
+
+
+def test_check_calls_are_read_as_data_never_run():
+    from autograde_helpers import second_opinion
+
+    source = (
+        guard.preamble(ROOT, "0" * 64)
+        + "from paged_helpers.checks import check_block_allocator\n\n"
+        + "check_block_allocator(BlockAllocator)\n### BEGIN HIDDEN TESTS\n"
+        + "check_block_allocator(BlockAllocator, seed=2026)\n### END HIDDEN TESTS\n"
+    )
+    calls = second_opinion.check_calls(source)
+    assert calls == [
+        {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {}},
+        {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {"seed": 2026}},
+    ]
+    for bad in ("import os\n", "x = check_block_allocator(A)\n", "ph.checks.check_x(A)\n", "check_x(A, seed=f())\n"):
+        with pytest.raises((second_opinion.UnsupportedTest, ValueError)):
+            second_opinion.check_calls(bad)
+
+
+def test_only_one_genuine_outcome_counts():
+    from autograde_helpers import opinion_runner
+
+    def line(record):
+        return (__import__("json").dumps(record) + "\n").encode()
+
+    real = line({"outcome": {"token": "t0k", "passed": True, "message": "", "load_changes": []}})
+    assert opinion_runner.judge(real, "t0k", False, 5) == {"passed": True, "message": "", "flags": []}
+    forged = line({"outcome": {"token": "guess", "passed": True}})
+    verdict = opinion_runner.judge(forged + real, "t0k", False, 5)
+    assert not verdict["passed"] and "forged" in verdict["flags"][0]
+    assert not opinion_runner.judge(real + real, "t0k", False, 5)["passed"]
+    assert not opinion_runner.judge(line({"flag": "student code used ctypes"}) + real, "t0k", False, 5)["passed"]
+    assert not opinion_runner.judge(b"", "t0k", False, 5)["passed"]
+    assert not opinion_runner.judge(real, "t0k", True, 5)["passed"]
+
+
+def test_feedback_outputs_never_show_hidden_lines_or_parameters():
+    from autograde_helpers import hidden
+
+    source = "check_x(A)\n### BEGIN HIDDEN TESTS\ncheck_x(A, seed=2026, pool=13)\n### END HIDDEN TESTS\n"
+    lines = hidden.hidden_lines(source)
+    scrub = hidden.Scrubber(lines, hidden.hidden_parameters(lines))
+    text = "In[7]: check_x(A, seed=2026, pool=13)\nfailed with seed 2026 on a pool: 13 (block 2026 stays)"
+    assert scrub(text) == "In[7]: [hidden test]\nfailed with seed (hidden) on a pool: (hidden) (block 2026 stays)"
+
+
+def _allocator_submission(method_line: str = "", extra_cell: str = ""):
+    """The instructor's notebook 02, with a line added to allocate() or a cell added after it."""
+    from autograde_helpers import insert_cell_after, instructor, replace_in_cell
+
+    notebook = instructor("02_block_allocator")
+    if method_line:
+        old = "        block = self.free.popleft()"
+        notebook = replace_in_cell(notebook, "block_allocator", old, method_line + "\n" + old)
+    if extra_cell:
+        notebook = insert_cell_after(notebook, "block_allocator", extra_cell)
+    return notebook
+
+
+CLEAN_RUN_CASES = {
+    "honest": (_allocator_submission, {}, True, None),
+    "peeks_at_the_checker": (
+        _allocator_submission,
+        {"method_line": "        import sys; _ = sys._getframe(1).f_locals"},
+        False,
+        "took a frame object",
+    ),
+    "walks_the_heap": (
+        _allocator_submission,
+        {"method_line": "        import gc; _ = gc.get_objects()"},
+        False,
+        "gc.get_objects",
+    ),
+    "forges_a_result": (
+        _allocator_submission,
+        {"method_line": "        import os; [os.write(fd, b'{\"outcome\": {}}\\n') for fd in (3, 4, 5)]"},
+        False,
+        "forged",
+    ),
+    "hook_in_a_class_body": (
+        _allocator_submission,
+        {"extra_cell": "class Sneaky:\n    import sys\n    sys.meta_path.insert(0, object())\n"},
+        False,
+        "sys.meta_path was changed",
+    ),
+    "top_level_hook_never_runs": (
+        _allocator_submission,
+        {"extra_cell": "import builtins\nbuiltins.__import__ = None\n"},
+        True,
+        None,
+    ),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("case", sorted(CLEAN_RUN_CASES))
+def test_the_clean_run_judges_the_definitions_and_flags_tampering(tmp_path, case):
+    import json
+
+    from autograde_helpers import second_opinion
+
+    make, edits, passes, flag = CLEAN_RUN_CASES[case]
+    submission = _student_course(tmp_path, notebook=make(**edits))
+    notebook_path = submission.root / "submitted" / "alice" / "02_block_allocator" / "02_block_allocator.ipynb"
+    calls = second_opinion.check_calls("check_block_allocator(BlockAllocator, seed=5)\n")
+    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 120}
+    verdict = second_opinion.run_runner(submission, spec, budget=300)["t"]
+    assert verdict["passed"] is passes, json.dumps(verdict)
+    if flag:
+        assert any(flag in f for f in verdict["flags"]), verdict

@@ -36,14 +36,12 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Dict, Integer
 
-from . import sandbox
+from . import hidden, sandbox
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 SECOND_OPINION = "SecondOpinion"
 RUNNER = Path(__file__).with_name("opinion_runner.py")
 _GUARD_BLOCK = re.compile(re.escape(GUARD_BEGIN) + r".*?" + re.escape(GUARD_END) + r"\n?", re.S)
-# Hidden parameters never reach a student: "seed 2026", "seed=2026", "sample_seed(2026, 1)".
-_SEED = re.compile(r"(seed\w*\s*[=(]?\s*)-?\d+", re.I)
 
 # Constructs an honest notebook of this course has no reason to contain; each is a known way
 # to bend an in-kernel grade. Found ones are named in the integrity log (evidence, not verdict).
@@ -104,10 +102,6 @@ def check_calls(source: str) -> list[dict]:
         kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
         calls.append({"check": call.func.id, "args": args, "kwargs": kwargs})
     return calls
-
-
-def hide_parameters(message: str) -> str:
-    return _SEED.sub(lambda m: m.group(1) + "(hidden)", message)
 
 
 def _kernel_passed(cell: NotebookNode) -> bool:
@@ -184,6 +178,8 @@ class SecondOpinion(NbGraderPreprocessor):
         spec = {"notebook": str(submitted), "cells": cells, "timeout": timeout}
         verdicts = run_runner(submission, spec, budget=timeout * len(cells) + 120)
         suspicious = scan(nbformat.read(submitted, as_version=4))
+        lines = [line for cell in tests.values() for line in hidden.hidden_lines(cell.source)]
+        self.hide = hidden.Scrubber(lines, hidden.hidden_parameters(lines))  # what students may not see
         for grade_id, cell in tests.items():
             verdict = verdicts.get(grade_id) or {
                 "passed": False,
@@ -197,7 +193,7 @@ class SecondOpinion(NbGraderPreprocessor):
         kernel, clean = _kernel_passed(cell), bool(verdict["passed"])
         if kernel == clean and not verdict["flags"]:
             return
-        evidence = "; ".join(verdict["flags"]) or hide_parameters(
+        evidence = "; ".join(verdict["flags"]) or self.hide(
             verdict["message"].splitlines()[0] if verdict["message"] else ""
         )
         if suspicious:
@@ -210,7 +206,7 @@ class SecondOpinion(NbGraderPreprocessor):
             if verdict["flags"]:
                 why += ". There, your code " + "; ".join(f.removeprefix("student code ") for f in verdict["flags"])
             else:
-                why += ": " + hide_parameters(verdict["message"])[:1500]
+                why += ": " + self.hide(verdict["message"])[:1500]
             cell.outputs.insert(
                 0,
                 NotebookNode(

@@ -268,7 +268,7 @@ def _random_walk(allocator_class: type, seed: int) -> None:
     rng = random.Random(seed)
     num_blocks = rng.randint(5, 12)
     allocator = _new(
-        allocator_class, num_blocks, f"a random walk on a pool of {num_blocks} blocks (seed {seed})"
+        allocator_class, num_blocks, f"a random walk on a pool of {num_blocks} blocks"
     )
     refs = [0] * num_blocks
     history: list[str] = []
@@ -280,7 +280,7 @@ def _random_walk(allocator_class: type, seed: int) -> None:
         if move in ("share", "release") and not in_use:
             move = "allocate"
         scenario = (
-            f"a random walk on a pool of {num_blocks} blocks (seed {seed}), after: {', '.join(history[-6:])}"
+            f"a random walk on a pool of {num_blocks} blocks, after: {', '.join(history[-6:])}"
         )
         if move == "allocate":
             block = _allocate(allocator, refs, scenario)
@@ -305,7 +305,7 @@ def _random_walk(allocator_class: type, seed: int) -> None:
         _verify(
             allocator,
             refs,
-            f"a random walk on a pool of {num_blocks} blocks (seed {seed}), after: {', '.join(history[-6:])}",
+            f"a random walk on a pool of {num_blocks} blocks, after: {', '.join(history[-6:])}",
         )
 
 
