@@ -35,3 +35,10 @@ def data_path(*parts: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the course's data folder")
     return path
+
+
+def expected_figures() -> dict:
+    """data/expected_figures.json: the chapter's figures and the course's reference numbers."""
+    import json
+
+    return json.loads(data_path("expected_figures.json").read_text())
