@@ -197,11 +197,11 @@ def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
     assert box.cgroup.path is None and not box.private.exists()
 
 
-def test_check_calls_are_read_as_data_never_run():
+def test_check_calls_are_read_as_data_never_run(tmp_path):
     from autograde_helpers import second_opinion
 
     source = (
-        guard.preamble(ROOT, "0" * 64)
+        guard.preamble(*_fake_guard_root(tmp_path))
         + "from paged_helpers.checks import check_block_allocator\n\n"
         + "check_block_allocator(BlockAllocator)\n### BEGIN HIDDEN TESTS\n"
         + "check_block_allocator(BlockAllocator, seed=2026)\n### END HIDDEN TESTS\n"
