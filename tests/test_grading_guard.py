@@ -307,3 +307,38 @@ def test_the_clean_run_judges_the_definitions_and_flags_tampering(tmp_path, case
     assert verdict["passed"] is passes, json.dumps(verdict)
     if flag:
         assert any(flag in f for f in verdict["flags"]), verdict
+
+
+def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
+    """The instructor's notebook 06, with the scale launcher or the scale kernel's body edited."""
+    from autograde_helpers import instructor
+
+    notebook = instructor("06_triton_warmup")
+    if kernel_body:
+        cell = notebook.cells[[i for i, c in enumerate(notebook.cells) if "def scale_kernel" in c.source][0]]
+        head = cell.source.split("    ### BEGIN SOLUTION")[0]
+        cell.source = head + kernel_body
+    if launcher_line:
+        cell = next(c for c in notebook.cells if "def scale(" in c.source)
+        cell.source = cell.source.replace("    return out", launcher_line + "\n    return out")
+    return notebook
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "edits, passes",
+    [({}, True), ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.copy_(x * factor)"}, False)],
+    ids=["honest_kernel", "do_nothing_kernel_plus_torch"],
+)
+def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes):
+    from autograde_helpers import second_opinion
+
+    assignment = "06_triton_warmup"
+    submission = _student_course(tmp_path, assignment=assignment, notebook=_warmup_submission(**edits))
+    notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
+    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
+    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
+    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    assert verdict["passed"] is passes, verdict
+    if not passes:
+        assert any("outside the Triton kernel" in flag for flag in verdict["flags"]), verdict
