@@ -58,9 +58,9 @@ c.Autograde.sanitize_preprocessors = [
 c.Autograde.autograde_preprocessors = [
     "paged_grading.execute.FairExecute",
     "paged_grading.guard.GuardAudit",
-    "paged_grading.second_opinion.SecondOpinion",
     "nbgrader.preprocessors.IgnorePattern",
     "paged_grading.outputs.DemoteStderr",
+    "paged_grading.second_opinion.SecondOpinion",  # after DemoteStderr: it compares final scores
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
