@@ -207,10 +207,13 @@ def test_check_calls_are_read_as_data_never_run(tmp_path):
         + "check_block_allocator(BlockAllocator, seed=2026)\n### END HIDDEN TESTS\n"
     )
     calls = second_opinion.check_calls(source)
-    assert calls == [
-        {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {}},
-        {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {"seed": 2026}},
-    ]
+    visible = {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {}, "hidden": False}
+    hidden_call = {**visible, "kwargs": {"seed": 2026}, "hidden": True}
+    assert calls == [visible, hidden_call]
+    seed = second_opinion.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
+    assert seed == second_opinion.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
+    assert seed != second_opinion.secret_seed(tmp_path, "bob", "02_block_allocator", "test_block_allocator")
+    assert second_opinion.with_secret_seeds(calls, seed) == [visible, {**hidden_call, "kwargs": {"seed": seed}}]
     for bad in ("import os\n", "x = check_block_allocator(A)\n", "ph.checks.check_x(A)\n", "check_x(A, seed=f())\n"):
         with pytest.raises((second_opinion.UnsupportedTest, ValueError)):
             second_opinion.check_calls(bad)

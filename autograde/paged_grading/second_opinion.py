@@ -10,6 +10,10 @@ checks are imported first, then only the submission's definitions are loaded, by
 cell, never executed as text) are made. The verdicts come back as data; the scores are
 decided here, outside the sandbox:
 
+The hidden calls' seeds are replaced, in the clean run, by a secret seed per student, notebook
+and cell (``secret_seed``): hidden scenarios that no visible or guessed seed reproduces, and
+whose failure still costs the points (the lower score stands).
+
 * both agree: nothing changes;
 * the kernel passed a cell the clean run failed (or caught tampering in): the cell gets an
   error output in front of its outputs, so it scores zero, and the student's feedback says
@@ -24,8 +28,11 @@ from __future__ import annotations
 
 import ast
 import datetime
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -85,7 +92,9 @@ def check_calls(source: str) -> list[dict]:
     anything else is refused, so no test text is ever executed as code.
     """
     calls = []
-    for node in ast.parse(_GUARD_BLOCK.sub("", source)).body:
+    source = _GUARD_BLOCK.sub("", source)
+    hidden_lines = _hidden_line_numbers(source)
+    for node in ast.parse(source).body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("paged_helpers"):
             continue
         if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
@@ -100,8 +109,46 @@ def check_calls(source: str) -> list[dict]:
             else:
                 args.append(["value", ast.literal_eval(arg)])
         kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
-        calls.append({"check": call.func.id, "args": args, "kwargs": kwargs})
+        calls.append({"check": call.func.id, "args": args, "kwargs": kwargs, "hidden": node.lineno in hidden_lines})
     return calls
+
+
+def _hidden_line_numbers(source: str) -> set[int]:
+    numbers, inside = set(), False
+    for number, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith(hidden.BEGIN):
+            inside = True
+        elif stripped.startswith(hidden.END):
+            inside = False
+        elif inside:
+            numbers.add(number)
+    return numbers
+
+
+SECRET_KEY_FILE = ".hidden_seed_key"
+
+
+def secret_seed(root: Path, *names: str) -> int:
+    """A seed nobody outside the grader can know: HMAC of the names under the course's own key.
+
+    The key is made once per course root (``.hidden_seed_key``, never inside a sandbox), so a
+    regrade draws the same scenarios and no visible seed reproduces them.
+    """
+    key_file = root / SECRET_KEY_FILE
+    if not key_file.exists():
+        key_file.write_text(secrets.token_hex(32))
+        key_file.chmod(0o600)
+    digest = hmac.new(key_file.read_text().strip().encode(), "/".join(names).encode(), hashlib.sha256)
+    return int(digest.hexdigest(), 16) % 2**31  # numpy and torch seeds fit in 31 bits
+
+
+def with_secret_seeds(calls: list[dict], seed: int) -> list[dict]:
+    """The hidden calls' seeds replaced by the secret one (the clean run's own hidden scenarios)."""
+    return [
+        {**call, "kwargs": {**call["kwargs"], "seed": seed}} if call["hidden"] and "seed" in call["kwargs"] else call
+        for call in calls
+    ]
 
 
 def _kernel_passed(cell: NotebookNode) -> bool:
@@ -162,14 +209,16 @@ class SecondOpinion(NbGraderPreprocessor):
         ids = resources["nbgrader"]
         submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
         submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
-        tests, cells = {}, []
+        tests, cells, secret_seeds = {}, [], set()
         for cell in nb.cells:
             if not is_autograded_test(cell):
                 continue
             grade_id = cell.metadata["nbgrader"]["grade_id"]
+            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
             try:
-                cells.append({"grade_id": grade_id, "calls": check_calls(cell.source)})
+                cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
                 tests[grade_id] = cell
+                secret_seeds.add(str(seed))
             except (UnsupportedTest, SyntaxError, ValueError) as error:
                 self.log.warning("second opinion: %s cannot be replayed (%s)", grade_id, error)
         if not cells or not submitted.is_file():
@@ -179,7 +228,9 @@ class SecondOpinion(NbGraderPreprocessor):
         verdicts = run_runner(submission, spec, budget=timeout * len(cells) + 120)
         suspicious = scan(nbformat.read(submitted, as_version=4))
         lines = [line for cell in tests.values() for line in hidden.hidden_lines(cell.source)]
-        self.hide = hidden.Scrubber(lines, hidden.hidden_parameters(lines))  # what students may not see
+        parameters = hidden.hidden_parameters(lines)
+        parameters.setdefault("seed", set()).update(secret_seeds)
+        self.hide = hidden.Scrubber(lines, parameters)  # what students may not see
         for grade_id, cell in tests.items():
             verdict = verdicts.get(grade_id) or {
                 "passed": False,
