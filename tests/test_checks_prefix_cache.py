@@ -29,37 +29,57 @@ def position_and_text(tokens, end, size):
     return (end // size, tuple(tokens[end - size : end]))
 
 
-def make_attach(key=whole_prefix, keep_last_token=True, touch=True, share=True):
+def make_attach(key=whole_prefix, keep_last_token=True, touch="tail first", share=True, stop_at_miss=True):
+    """attach with one mistake: ``touch`` is "tail first" (right), "root first" (the chapter's) or None."""
+
     def attach(self, seq, prompt):
         self.cache.create(seq)
-        size, reused = self.cache.block_size, 0
+        size, reused, hits = self.cache.block_size, 0, []
         limit = len(prompt) - 1 if keep_last_token else len(prompt)
-        while reused + size <= limit:
-            entry = key(prompt, reused + size, size)
+        for end in range(size, limit + 1, size):
+            entry = key(prompt, end, size)
             block = self.entries.get(entry)
             if block is None:
-                break
-            if touch:
-                self.entries.move_to_end(entry)
+                if stop_at_miss:
+                    break
+                continue
             if share:
                 self.cache.allocator.share(block)
             self.cache.tables[seq].append(block)
+            hits.append(entry)
             reused += size
+        if touch:
+            for entry in reversed(hits) if touch == "tail first" else hits:
+                self.entries.move_to_end(entry)
         self.cache.lengths[seq] = reused
         return reused
 
     return attach
 
 
-def make_remember(key=whole_prefix, full_only=True, share=True, skip_cached=True):
+def make_remember(
+    key=whole_prefix,
+    full_only=True,
+    share=True,
+    skip_cached=True,
+    order="tail first",
+    touch_cached=True,
+    skip_only_same_block=False,
+):
+    """remember with one mistake: ``order`` "root first" inserts block 0 first (the chapter's order)."""
+
     def remember(self, seq, tokens):
         size = self.cache.block_size
         count = len(tokens) // size if full_only else -(-len(tokens) // size)
-        for index in range(count):
+        indices = reversed(range(count)) if order == "tail first" else range(count)
+        for index in indices:
             entry = key(tokens, (index + 1) * size, size)
-            if skip_cached and entry in self.entries:
-                continue
             block = self.cache.tables[seq][index]
+            cached = entry in self.entries and (not skip_only_same_block or self.entries[entry] == block)
+            if skip_cached and cached:
+                if touch_cached:
+                    self.entries.move_to_end(entry)
+                continue
             if share:
                 self.cache.allocator.share(block)
             self.entries[entry] = block
@@ -91,13 +111,19 @@ def variant(right, name, **methods):
 
 WRONG = {
     "key_without_history": dict(attach=make_attach(key=block_text), remember=make_remember(key=block_text)),
-    "key_by_position": dict(
-        attach=make_attach(key=position_and_text), remember=make_remember(key=position_and_text)
-    ),
+    "key_by_position": dict(attach=make_attach(key=position_and_text), remember=make_remember(key=position_and_text)),
     "last_token_reused": dict(attach=make_attach(keep_last_token=False)),
     "evicts_block_in_use": dict(evict=make_evict(only_unused=False)),
     "remember_publishes_partial": dict(remember=make_remember(full_only=False)),
-    "no_lru_touch": dict(attach=make_attach(touch=False)),
+    "no_lru_touch": dict(attach=make_attach(touch=None), remember=make_remember(touch_cached=False)),
+    "chapter_root_first_order": dict(
+        attach=make_attach(touch="root first"), remember=make_remember(order="root first", touch_cached=False)
+    ),
+    "attach_touches_root_first": dict(attach=make_attach(touch="root first")),
+    "remember_inserts_root_first": dict(remember=make_remember(order="root first")),
+    "remember_leaves_cached_entries_untouched": dict(remember=make_remember(touch_cached=False)),
+    "attach_continues_past_a_miss": dict(attach=make_attach(stop_at_miss=False)),
+    "remember_replaces_another_copy": dict(remember=make_remember(skip_only_same_block=True)),
     "no_own_reference": dict(remember=make_remember(share=False)),
     "attach_without_share": dict(attach=make_attach(share=False)),
     "remember_shares_again": dict(remember=make_remember(skip_cached=False)),
@@ -111,6 +137,25 @@ MESSAGES = {
     "evicts_block_in_use": ["in use, so not evictable", "skip blocks that someone else uses"],
     "remember_publishes_partial": ["holds 2 of 4 tokens", "full blocks only"],
     "no_lru_touch": ["least recently used", "move_to_end"],
+    "chapter_root_first_order": ["G's first block, evicted", "now unreachable", "tail"],
+    "attach_touches_root_first": [
+        "attached and freed again without prefill",
+        "reached by no attach",
+        "lost an earlier block",
+        "tail",
+    ],
+    "remember_inserts_root_first": ["G's first block, evicted", "now unreachable", "tail"],
+    "remember_leaves_cached_entries_untouched": ["served again from its first block", "reached by no attach"],
+    "attach_continues_past_a_miss": [
+        "attach('s3', P)",
+        "a later block, mapped too early",
+        "stop at the first block it does not find",
+    ],
+    "remember_replaces_another_copy": [
+        "still hold references",
+        "a reference it has no entry for",
+        "remember must share() a block only when it adds a new entry",
+    ],
     "no_own_reference": ["the prefix cache's own reference", "remember must share()"],
     "attach_without_share": ["attach must share() each reused block"],
     "remember_shares_again": ["must not take a second reference"],
