@@ -131,8 +131,8 @@ WRONG = {
 }
 
 MESSAGES = {
-    "key_without_history": ["holds the keys of C", "whole token prefix"],
-    "key_by_position": ["holds the keys of D", "whole token prefix"],
+    "key_without_history": ["holds the keys of C", "must cover the whole prefix", "prompt[:(i + 1) * block_size]"],
+    "key_by_position": ["holds the keys of D", "must cover the whole prefix", "prompt[:(i + 1) * block_size]"],
     "last_token_reused": ["8 prompt tokens reused", "got:      12", "leave at least one prompt token"],
     "evicts_block_in_use": ["in use, so not evictable", "skip blocks that someone else uses"],
     "remember_publishes_partial": ["holds 2 of 4 tokens", "full blocks only"],
@@ -149,14 +149,15 @@ MESSAGES = {
     "attach_continues_past_a_miss": [
         "attach('s3', P)",
         "a later block, mapped too early",
-        "stop at the first block it does not find",
+        "the walk must end at the first miss",
+        "break, not continue",
     ],
     "remember_replaces_another_copy": [
         "still hold references",
         "a reference it has no entry for",
-        "remember must share() a block only when it adds a new entry",
+        "share() only the blocks you add as new entries",
     ],
-    "no_own_reference": ["the prefix cache's own reference", "remember must share()"],
+    "no_own_reference": ["the prefix cache's own reference", "one more owner", "allocator.share(block)"],
     "attach_without_share": ["attach must share() each reused block"],
     "remember_shares_again": ["must not take a second reference"],
     "evicts_everything": ["exactly one cached block dropped", "then stops"],
@@ -174,11 +175,36 @@ def test_right_implementation_passes(right):
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
 def test_check_names_the_bug(bug, right, failing_message):
+    """The words are looked for in the second failure, whose hint also shows the concrete change."""
     wrong = variant(right, bug, **WRONG[bug])
+    first = failing_message(check_prefix_cache, wrong, right[1])
     message = failing_message(check_prefix_cache, wrong, right[1])
     for words in MESSAGES[bug]:
         assert words in message, f"{bug}: {words!r} not in\n{message}"
     assert "expected:" in message and "hint:" in message
+    if "more_hint()" in first:  # a two-tier hint: the change only the second time
+        assert "the change" not in first.replace("the concrete change", "")
+        assert "the change (same failure again):" in message
+
+
+TIERED = {
+    "chapter_root_first_order": "move_to_end the keys it hit in reverse order",
+    "attach_continues_past_a_miss": "break, not continue",
+    "remember_replaces_another_copy": "keep that entry and take no reference",
+    "key_without_history": "tuple(prompt[:(i + 1) * block_size])",
+}
+
+
+@pytest.mark.parametrize("bug", sorted(TIERED))
+def test_the_concrete_change_waits_for_a_second_failure_or_more_hint(bug, right, failing_message, capsys):
+    from paged_helpers.checks import more_hint
+
+    wrong = variant(right, bug, **WRONG[bug])
+    first = failing_message(check_prefix_cache, wrong, right[1])
+    assert TIERED[bug] not in first and "more_hint()" in first
+    assert TIERED[bug] in more_hint()
+    assert TIERED[bug] in capsys.readouterr().out
+    assert TIERED[bug] in failing_message(check_prefix_cache, wrong, right[1])
 
 
 def test_release_says_not_implemented_yet(tmp_path, right):

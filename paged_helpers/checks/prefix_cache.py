@@ -25,48 +25,55 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import call_learner, check, fail
+from .report import Hint, call_learner, check, fail
 
 __all__ = ["check_prefix_cache"]
 
 BLOCK = 4
 VOCAB = 1000
 
-WHOLE_PREFIX_HINT = (
-    "the key of a cached block must be the whole token prefix up to the end of that block, not the "
-    "block's own tokens (or its position): a block's keys and values depend on every earlier token"
+# Hints in two tiers (report.Hint): the idea first, the concrete change when the same failure repeats.
+WHOLE_PREFIX_HINT = Hint(
+    "a block's keys and values depend on every earlier token, so a cached block may only be reused after "
+    "exactly the same history: its key must cover the whole prefix, not only the block's own tokens",
+    "key block i of a prompt by tuple(prompt[:(i + 1) * block_size]), in attach and in remember",
 )
-LAST_TOKEN_HINT = (
+LAST_TOKEN_HINT = Hint(
     "always leave at least one prompt token to prefill: the last prompt position must run through "
-    "the model, since its logits choose the first output token"
+    "the model, since its logits choose the first output token",
+    "walk only while reused + block_size <= len(prompt) - 1",
 )
-OWN_REFERENCE_HINT = (
-    "remember must share() each block it publishes: the prefix cache holds its own reference, so the "
-    "block outlives the request that computed it"
+OWN_REFERENCE_HINT = Hint(
+    "the prefix cache is one more owner of every block it publishes, so the block outlives the request "
+    "that computed it",
+    "in remember, call cache.allocator.share(block) for each entry it adds",
 )
 EXTRA_REFERENCE_HINT = (
     "a block's count is one per table that holds it plus one for the prefix cache: remember shares a "
     "block only when it publishes a new entry, and attach once per block it reuses"
 )
-LEAK_HINT = (
-    "the prefix cache holds a reference it has no entry for, so evict can never give it back: remember "
-    "must share() a block only when it adds a new entry; when the key is already cached (under this block "
-    "or another request's copy), keep the cached entry and take no reference"
+LEAK_HINT = Hint(
+    "the prefix cache holds a reference it has no entry for, so evict can never give it back: it took a "
+    "reference on a block and then did not keep that block as an entry",
+    "in remember, when the key is already in entries (under this block or another request's copy), keep "
+    "that entry and take no reference; share() only the blocks you add as new entries",
 )
-STOP_AT_MISS_HINT = (
-    "attach must stop at the first block it does not find (break, not continue): a cached block after a "
-    "gap holds keys computed at later positions, so appending it puts those keys at the gap's logical "
-    "block and every later position shifts"
+STOP_AT_MISS_HINT = Hint(
+    "a cached block after a gap holds keys computed at later positions: reusing it puts those keys at the "
+    "gap's logical block and shifts every later position, so the walk must end at the first miss",
+    "in attach, break out of the loop at the first key that is not in entries (break, not continue)",
 )
-STRANDED_HINT = (
+STRANDED_HINT = Hint(
     "evict dropped an earlier block of a prompt while its later blocks stayed cached: attach stops at the "
-    "first miss, so those entries can never be reached, yet they keep their blocks out of the pool. Make a "
-    "prompt's root its most recently used entry: attach and remember touch (move_to_end) or insert a "
-    "prompt's entries from its last block back to its first, so eviction takes tails first"
+    "first miss, so those entries can never be reached, yet they keep their blocks out of the pool. A "
+    "prompt's root must be its most recently used entry, so that eviction takes tails first",
+    "in attach, move_to_end the keys it hit in reverse order (last hit first) after the walk; in remember, "
+    "walk reversed(range(len(tokens) // block_size)), move_to_end keys already cached and add the others",
 )
-PARTIAL_HINT = (
-    "publish full blocks only (len(tokens) // block_size of them): a partial block is still being "
-    "written by its sequence, and its key would not be a whole block of prefix"
+PARTIAL_HINT = Hint(
+    "publish full blocks only: a partial block is still being written by its sequence, and its key would "
+    "not be a whole block of prefix",
+    "remember publishes len(tokens) // block_size blocks",
 )
 
 
@@ -99,7 +106,7 @@ class _Server:
     def allocator(self) -> Any:
         return self.cache.allocator
 
-    def serve(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> list[int]:
+    def serve(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str | Hint = "") -> list[int]:
         """attach, check what was reused, prefill the rest, remember. Returns seq's block table."""
         self.attach(seq, prompt, name, reused, short_hint)
         return self.prefill(seq)
@@ -125,7 +132,7 @@ class _Server:
         call_learner(f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario)
         return list(table)
 
-    def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> None:
+    def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str | Hint = "") -> None:
         what = f"attach({seq!r}, {name}) of a {len(prompt)}-token prompt"
         where = f"{self.scenario}, {what}"
         got = call_learner(what, self.prefixes.attach, seq, list(prompt), scenario=self.scenario)
@@ -135,7 +142,10 @@ class _Server:
                 where,
                 f"{seq!r} created in the cache",
                 "no table for it",
-                "attach creates the sequence (cache.create(seq)) before sharing blocks into its table",
+                Hint(
+                    "attach creates the sequence in the cache, then shares the reused blocks into its table",
+                    "start attach with self.cache.create(seq)",
+                ),
             )
         if not isinstance(got, int) or got < 0 or got % BLOCK:
             fail(
@@ -185,7 +195,9 @@ class _Server:
                 STOP_AT_MISS_HINT if later else WHOLE_PREFIX_HINT,
             )
 
-    def expect_refcount(self, block: int, refs: int, who: str, after: str, too_low: str, too_high: str) -> None:
+    def expect_refcount(
+        self, block: int, refs: int, who: str, after: str, too_low: str | Hint, too_high: str | Hint
+    ) -> None:
         got = self.allocator.refs[block]
         if got != refs:
             fail(
@@ -202,7 +214,7 @@ class _Server:
     def evict(self, blocks_wanted: int) -> None:
         call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
 
-    def expect_free(self, count: int, after: str, hint: str) -> None:
+    def expect_free(self, count: int, after: str, hint: str | Hint) -> None:
         if self.allocator.num_free != count:
             fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint)
 
@@ -309,7 +321,9 @@ def _served_twice(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> No
         prompt,
         "A",
         reused=8,
-        short_hint="the cache's blocks must survive free('a1'): " + OWN_REFERENCE_HINT,
+        short_hint=Hint(
+            "the cache's blocks must survive free('a1'): " + OWN_REFERENCE_HINT.concept, OWN_REFERENCE_HINT.change
+        ),
     )
     after = "attach('a2', A), prefill and remember('a2', A)"
     for block in second[:2]:
@@ -393,9 +407,11 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
             1,
             "F's block, used just now: still cached",
             after,
-            "G's blocks were the least recently used, not F's: attach must mark every entry it "
-            "hits as most recently used (OrderedDict.move_to_end) and evict must go from the "
-            "least recently used end",
+            Hint(
+                "G's blocks were the least recently used, not F's: attach must mark every entry it hits as "
+                "most recently used, and evict must go from the least recently used end",
+                "in attach, entries.move_to_end(key) for every hit; in evict, walk list(entries) from the start",
+            ),
             EXTRA_REFERENCE_HINT,
         )
     if server.allocator.refs[g_blocks[0]] == 0 and server.allocator.refs[g_blocks[1]] == 1:
