@@ -26,7 +26,7 @@ import torch
 from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..workloads import fork_prompt
-from .report import call_learner, check, fail
+from .report import Hint, call_learner, check, fail
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -34,19 +34,28 @@ LAYERS, BLOCK, KV_HEADS, HEAD_DIM = 2, 4, 2, 2
 # Lengths whose last block is partly filled: the block a fork shares and a writer must copy.
 PARTIAL_PROMPTS = (5, 6, 7, 9, 10, 11)
 
-COPY_HINT = (
-    "before a sequence writes into a block whose reference count is above 1, reserve must give it "
-    "a fresh block holding a copy of that one (copy-on-write), point its table there and release the "
-    "shared block once"
+# Two-tier hints (report.Hint): the idea first, the concrete change when the same failure repeats.
+COPY_HINT = Hint(
+    "before a sequence writes into a block that another table also points at (refcount above 1), it "
+    "needs a block of its own holding a copy of that one (copy-on-write)",
+    "in reserve, for a shared last block: allocate a fresh block, copy the shared block into it, point "
+    "the table there and release the shared block once",
 )
-BOTH_POOLS_HINT = (
-    "copy the block in both pools and in every layer: for each layer, "
-    "k_pool[layer][fresh].copy_(k_pool[layer][shared]) and the same for v_pool"
+BOTH_POOLS_HINT = Hint(
+    "the copy must hold everything the shared block holds: keys and values, in every layer",
+    "for each layer: k_pool[layer][fresh].copy_(k_pool[layer][shared]) and the same for v_pool",
 )
-ALL_OR_NOTHING_HINT = (
-    "count the copies and the new blocks first, compare with allocator.num_free, and raise "
-    "MemoryError before allocating or copying anything"
+ALL_OR_NOTHING_HINT = Hint(
+    "a reserve that cannot be completed must change nothing, so it has to know what it needs before it "
+    "takes anything",
+    "count the copies and the new blocks first, compare with allocator.num_free, and raise MemoryError "
+    "before allocating or copying anything",
 )
+
+
+def _after(cause: str, hint: Hint) -> Hint:
+    """``hint`` with this failure's cause in front of its concept."""
+    return Hint(f"{cause}: {hint.concept}", hint.change)
 
 
 def _key(base: int, layer: int) -> float:
@@ -347,12 +356,13 @@ class _Scene:
             got = f"{got_value:g}, a value nobody wrote there"
         source = [old for old, new in copied.items() if new == block]
         if source:
-            hint = (
+            hint = _after(
                 f"block {block} is the copy of block {source[0]} made by this reserve, and its {pool_name} "
-                f"in layer {layer} were not copied: {BOTH_POOLS_HINT}"
+                f"in layer {layer} were not copied",
+                BOTH_POOLS_HINT,
             )
         elif base in self.author and self.author[base][0] != seq:
-            hint = f"another sequence's write landed in a block {seq!r} reads: {COPY_HINT}"
+            hint = _after(f"another sequence's write landed in a block {seq!r} reads", COPY_HINT)
         else:
             hint = "a sequence's history must not change when another sequence forks, writes or is freed"
         fail(
@@ -443,7 +453,7 @@ def _tolerance(device: torch.device) -> float:
     return 1e-4 if device.type == "cpu" else 2e-3
 
 
-def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str:
+def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hint:
     """Name the likely bug from the state of the cache after the logits went wrong."""
     tables = cache.tables
     if parent in tables and child in tables and tables[parent] is tables[child]:
@@ -462,16 +472,17 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str:
                     f"{wrote}, whose refcount is 1 although two tables point at it: fork must share() every "
                     "block of the child's table, so that reserve sees the block is shared and copies it"
                 )
-            return f"{wrote} (refcount {refs}): {COPY_HINT}"
+            return _after(f"{wrote} (refcount {refs})", COPY_HINT)
         for layer in range(len(cache.k_pool)):
             for name, pool in (("keys", cache.k_pool), ("values", cache.v_pool)):
                 same = torch.equal(
                     pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
                 )
                 if not same:
-                    return (
+                    return _after(
                         f"the child's copy (block {child_block}) of the shared block {parent_block} lacks "
-                        f"the prompt's {name} in layer {layer}: {BOTH_POOLS_HINT}"
+                        f"the prompt's {name} in layer {layer}",
+                        BOTH_POOLS_HINT,
                     )
     return "a sequence's history changed after the fork; check_copy_on_write names the step where it happens"
 
