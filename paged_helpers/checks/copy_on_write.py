@@ -25,8 +25,9 @@ import torch
 
 from ..device import DEVICE
 from ..model import tiny_qwen3
+from ..pool_invariant import PoolReading
 from ..workloads import fork_prompt
-from .report import Hint, call_learner, check, fail
+from .report import CacheSnapshot, Hint, call_learner, ceil_div, check, expect_raise, fail
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -101,14 +102,6 @@ class _Scene:
     def holders(self, block: int, besides: str | None = None) -> list[str]:
         return [seq for seq, table in self.cache.tables.items() if block in table and seq != besides]
 
-    def _snapshot(self) -> tuple:
-        return (
-            {seq: list(table) for seq, table in self.cache.tables.items()},
-            dict(self.cache.lengths),
-            list(self.allocator.refs),
-            sorted(self.allocator.free),
-        )
-
     # -- operations ---------------------------------------------------------------------------
 
     def create(self, seq: str) -> None:
@@ -170,9 +163,9 @@ class _Scene:
         where = f"{self.scenario}, {what}"
         length, before = cache.lengths[seq], list(cache.tables[seq])
         refs_before = list(self.allocator.refs)
-        written = range(length // BLOCK, -(-(length + count) // BLOCK))  # table indices written
+        written = range(length // BLOCK, ceil_div(length + count, BLOCK))  # table indices written
         shared = [i for i in written if i < len(before) and self.holders(before[i], besides=seq)]
-        wanted_new = max(0, -(-(length + count) // BLOCK) - len(before))
+        wanted_new = max(0, ceil_div(length + count, BLOCK) - len(before))
         free_before = self.allocator.num_free
 
         call_learner(what, cache.reserve, seq, count, scenario=self.scenario)
@@ -237,31 +230,18 @@ class _Scene:
         """reserve(seq, count) must raise MemoryError and leave everything as it was."""
         what = f"reserve({seq!r}, {count})"
         where = f"{self.scenario}, {what} with {free_blocks} free block(s) for {needed} needed"
-        before = self._snapshot()
-
-        def attempt() -> MemoryError | None:
-            try:
-                self.cache.reserve(seq, count)
-            except MemoryError as error:
-                return error
-            return None
-
-        error = call_learner(what, attempt, scenario=self.scenario)
-        if error is None:
-            fail(
-                where,
-                "MemoryError",
-                "reserve returned normally",
-                "a reserve that needs more blocks (copies included) than are free must raise MemoryError",
-            )
-        after = self._snapshot()
-        if after != before:
-            parts = ["tables", "lengths", "reference counts", "free list"]
-            changed = [
-                f"{part}: {old} -> {new}"
-                for part, old, new in zip(parts, before, after, strict=True)
-                if old != new
-            ]
+        before = CacheSnapshot.of(self.cache)
+        expect_raise(
+            MemoryError,
+            what,
+            self.cache.reserve,
+            seq,
+            count,
+            scenario=where,
+            hint="a reserve that needs more blocks (copies included) than are free must raise MemoryError",
+        )
+        changed = before.changes(CacheSnapshot.of(self.cache))
+        if changed:
             fail(
                 where,
                 "MemoryError, with the cache exactly as before",
@@ -320,14 +300,18 @@ class _Scene:
                     f"refcount {refs}",
                     hint,
                 )
-        free = sorted(self.allocator.free)
+        # The counts match the tables here, so the pool's own invariant says what the free list must be.
+        reading = PoolReading.of(self.allocator)
         unused = [block for block in range(self.num_blocks) if not self.holders(block)]
-        if free != unused:
+        if sorted(reading.free) != unused:
             fail(
                 f"{self.scenario}, after {after}",
                 f"the free list holds exactly the unused blocks {unused}",
-                f"{free}",
-                "a block returns to the free list when its last reference is released, not before",
+                f"{sorted(reading.free)}",
+                f"block(s) {reading.lost()} have count 0 but are not on the free list: the release that brings "
+                "a count to 0 must put the block back on the free list"
+                if reading.lost()
+                else "a block returns to the free list when its last reference is released, not before",
             )
 
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
@@ -418,7 +402,7 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.write("parent", 1)
     scene.finish()
 
-    prompt_blocks = -(-prompt // BLOCK)
+    prompt_blocks = ceil_div(prompt, BLOCK)
     scene = _Scene(
         PagedKVCache, prompt_blocks + 1, f"a {prompt}-token parent forked in a pool with 1 spare block"
     )

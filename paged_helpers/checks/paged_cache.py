@@ -33,7 +33,18 @@ from dataclasses import dataclass
 
 import torch
 
-from .report import CheckFailed, Hint, NotImplementedYet, call_learner, check, fail, hint_text
+from ..pool_invariant import PoolReading
+from .report import (
+    CacheSnapshot,
+    CheckFailed,
+    Hint,
+    NotImplementedYet,
+    call_learner,
+    ceil_div,
+    check,
+    fail,
+    hint_text,
+)
 
 __all__ = ["check_paged_kv_cache"]
 
@@ -47,10 +58,6 @@ class _Setup:
     block_size: int
     kv_heads: int
     head_dim: int
-
-
-def _ceil_blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
 
 
 def _call(what: str, function, *args, scenario: str, likely: str = "", **kwargs):
@@ -72,8 +79,8 @@ def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
     """Every block in a table has count 1; every other block is free, once; num_free agrees."""
     tables = {seq: list(table) for seq, table in cache.tables.items()}
     held = Counter(block for table in tables.values() for block in table)
-    refs = list(cache.allocator.refs)
-    free = list(cache.allocator.free)
+    reading = PoolReading.of(cache.allocator)
+    refs, free = list(reading.refs), list(reading.free)
     twice = sorted(block for block, count in held.items() if count > 1)
     if twice:
         owners = {block: [seq for seq, table in tables.items() if block in table] for block in twice}
@@ -106,11 +113,11 @@ def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
             sorted(free),
             "the free list must hold exactly the blocks that no table uses, each once.",
         )
-    if cache.allocator.num_free != len(should_be_free):
+    if not reading.num_free_agrees():
         fail(
             f"{scenario}: allocator.num_free",
             len(should_be_free),
-            cache.allocator.num_free,
+            reading.num_free,
             "num_free counts the blocks no table uses.",
         )
 
@@ -119,15 +126,6 @@ def _verify_table_length(cache, seq, expected: int, scenario: str, hint: str) ->
     got = len(cache.tables[seq]) if seq in cache.tables else "no table"
     if got != expected:
         fail(f"{scenario}: blocks in the table of {seq!r}", expected, got, hint)
-
-
-def _snapshot(cache) -> tuple:
-    return (
-        {seq: list(table) for seq, table in cache.tables.items()},
-        dict(cache.lengths),
-        list(cache.allocator.refs),
-        sorted(cache.allocator.free),
-    )
 
 
 # --------------------------------------------------------------------------- construction
@@ -187,7 +185,7 @@ def _check_blocks_needed(cache, block_size: int) -> None:
     for tokens in counts:
         scenario = f"blocks_needed({tokens}) with block_size {block_size}"
         got = _call(f"blocks_needed({tokens})", cache.blocks_needed, tokens, scenario=scenario)
-        expected = _ceil_blocks(tokens, block_size)
+        expected = ceil_div(tokens, block_size)
         if got == expected:
             continue
         round_up = "blocks_needed returns -(-tokens // block_size): tokens / block_size rounded up"
@@ -241,7 +239,7 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
     block_size = cache.block_size
     before = len(cache.tables[seq])
     length = cache.lengths[seq]
-    expected = max(before, _ceil_blocks(length + new_tokens, block_size))
+    expected = max(before, ceil_div(length + new_tokens, block_size))
     if hasattr(cache, "blocks_to_add"):
         to_add = _call(
             f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=scenario
@@ -271,7 +269,7 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
     got = len(cache.tables[seq])
     if got != expected:
         end = length + new_tokens
-        if got == before + _ceil_blocks(new_tokens, block_size) and got != expected:
+        if got == before + ceil_div(new_tokens, block_size) and got != expected:
             hint = (
                 f"reserve appended blocks_needed({new_tokens}) blocks on top of the {before} already there. "
                 f"It must make positions [{length}, {end}) exist: {expected} block(s) in total, "
@@ -307,7 +305,7 @@ def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
     """
 
     def refuses(held_tokens: int, free_after: int, new_tokens: int) -> bool | None:
-        held = -(-held_tokens // block_size)
+        held = ceil_div(held_tokens, block_size)
         try:
             probe = cache_class(1, held + free_after, block_size, 1, 1)
             probe.create("probe")
@@ -716,7 +714,7 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
     _reserve(cache, "hog", (cache.allocator.num_free - 2) * block_size, setup.num_blocks, scenario)
     length, held = cache.lengths[seq], len(cache.tables[seq])
     new_tokens = (held + 4) * block_size - length  # needs 4 more blocks; only 2 are free
-    before = _snapshot(cache)
+    before = CacheSnapshot.of(cache)
     where = (
         f"{scenario}: reserve({seq!r}, {new_tokens}) needs 4 more blocks but only 2 are free "
         "(exhaustion in the middle of a multi-block reserve)"
@@ -741,9 +739,9 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
             f"no exception; the table is now {cache.tables[seq]}",
             "when the pool cannot supply every block, reserve must raise MemoryError.",
         )
-    after = _snapshot(cache)
+    after = CacheSnapshot.of(cache)
     if after != before:
-        grew = len(after[0].get(seq, [])) - len(before[0][seq])
+        grew = len(after.tables.get(seq, [])) - len(before.tables[seq])
         hint = (
             f"reserve took {grew} block(s) before running out and kept them: half-reserved blocks nobody "
             "accounts for. Count the blocks needed and compare with allocator.num_free BEFORE allocating any."
@@ -753,7 +751,7 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
         fail(
             f"{where}: the cache after the MemoryError",
             "exactly as before",
-            f"table {after[0].get(seq)} (was {before[0][seq]}), free {after[3]} (was {before[3]})",
+            f"table {after.tables.get(seq)} (was {before.tables[seq]}), free {after.free} (was {before.free})",
             hint,
         )
     _verify_accounting(cache, setup.num_blocks, f"{where}, after the MemoryError")
@@ -772,7 +770,7 @@ def _truncate(cache, seq, length: int, num_blocks: int, scenario: str) -> None:
     before = list(cache.tables[seq])
     old_length = cache.lengths[seq]
     _call(f"truncate({seq!r}, {length})", cache.truncate, seq, length, scenario=scenario)
-    keep = _ceil_blocks(length, cache.block_size)
+    keep = ceil_div(length, cache.block_size)
     where = f"{scenario}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
     got = list(cache.tables[seq])
     if got != before[:keep]:
@@ -856,7 +854,7 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
             _verify_table_length(
                 cache,
                 seq,
-                _ceil_blocks(len(full), b),
+                ceil_div(len(full), b),
                 where,
                 "a sequence holds blocks_needed(length) blocks after a step.",
             )

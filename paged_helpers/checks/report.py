@@ -210,3 +210,64 @@ def more_hint() -> str:
         message = f"{scenario}\n  the change: {hint.change}"
     print(message)
     return message
+
+
+# ----- small helpers the check modules share -------------------------------------------------
+
+
+def ceil_div(count: int, size: int) -> int:
+    """``count / size`` rounded up, in integers: the blocks that hold ``count`` tokens."""
+    return -(-count // size)
+
+
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """Copies of a paged cache's bookkeeping at one moment; two snapshots compare with ==."""
+
+    tables: dict
+    lengths: dict
+    refs: list
+    free: list  # sorted: the free list's order is the allocator's business
+
+    @classmethod
+    def of(cls, cache: Any) -> CacheSnapshot:
+        return cls(
+            {seq: list(table) for seq, table in cache.tables.items()},
+            dict(cache.lengths),
+            list(cache.allocator.refs),
+            sorted(cache.allocator.free),
+        )
+
+    def changes(self, after: CacheSnapshot) -> list[str]:
+        """ "part: before -> after" for each part that differs in ``after``."""
+        parts = {"tables": "tables", "lengths": "lengths", "refs": "reference counts", "free": "free list"}
+        return [
+            f"{label}: {getattr(self, name)} -> {getattr(after, name)}"
+            for name, label in parts.items()
+            if getattr(self, name) != getattr(after, name)
+        ]
+
+
+def expect_raise(
+    error_type: type[BaseException],
+    what: str,
+    function: Callable[..., Any],
+    *args: Any,
+    scenario: str,
+    hint: str | Hint,
+) -> BaseException:
+    """Call learner code that must raise ``error_type``; returns the error, or fails naming ``what``.
+
+    Unfinished code still reads "not implemented yet" (the call is repeated through call_learner).
+    """
+    try:
+        function(*args)
+    except error_type as error:
+        return error
+    except NotImplementedError:
+        call_learner(what, function, *args, scenario=scenario)
+        raise  # call_learner raised NotImplementedYet; reached only if the repeat did not raise
+    except Exception as error:  # the learner's code raised something else: that is the finding
+        fail(scenario, f"{error_type.__name__} from {what}", f"{type(error).__name__}: {error}", hint)
+    fail(scenario, f"{error_type.__name__} from {what}", "no exception", hint)
+    raise AssertionError("unreachable: fail() raises")
