@@ -345,7 +345,7 @@ WRONG = {
     update_ignores_the_block_table: ["as if the cache were contiguous", "table["],
     update_offset_with_the_wrong_divisor: ["right block, wrong offset", "position % block_size"],
     update_uses_the_first_row_for_every_sequence: ["the read side differs", "table_tensor[row"],
-    update_returns_only_the_new_tokens: ["no key for position 0", "span = max(positions) + 1"],
+    update_returns_only_the_new_tokens: ["no key for position 0", "span = int(positions.max()) + 1"],
     update_forgets_to_transpose_the_history: ["the keys update returned", "transpose(1, 2)"],
     lengths_never_committed: ["lengths[", "were not updated"],
     lengths_from_the_batch_maximum: ["batch at different lengths", "batch's highest position"],

@@ -659,8 +659,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                 f"{where}: the {name} update returned (layer {layer})",
                 f"a tensor [batch={len(batch)}, kv_heads={kv_heads}, span, head_dim={head_dim}]",
                 shape,
-                "return one row of history per sequence in the batch, heads before positions: "
-                "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim], so transpose(1, 2).",
+                Hint(
+                    "return one row of history per sequence in the batch, with heads before positions, "
+                    "the layout attention expects",
+                    "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim]: return it .transpose(1, 2)",
+                ),
             )
     span = keys.shape[2]
     if not isinstance(key_positions, torch.Tensor) or key_positions.shape not in (
@@ -684,8 +687,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                     f"{where}: the history returned for {seq!r} (row {row}, layer {layer})",
                     f"a key for every position 0..{history.shape[3] - 1}",
                     f"no key for position {p} (span {span})",
-                    "gather every position up to the highest one in the batch: span = max(positions) + 1, "
-                    "key positions 0..span-1.",
+                    Hint(
+                        "update returns the whole history, every position up to the highest one in the batch, "
+                        "not only the tokens just written",
+                        "span = int(positions.max()) + 1; gather positions torch.arange(span)",
+                    ),
                 )
             j = returned[p]
             for name, got, want in (
@@ -698,9 +704,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                         f"(row {row}, layer {layer})",
                         "the one written there",
                         "a different vector",
-                        "gather each position through this row's table: "
-                        "pool[table_tensor[row, p // block_size], :, p % block_size]. "
-                        "The write checked out, so the read side differs.",
+                        Hint(
+                            "the write checked out, so the read side differs: each row must read its positions "
+                            "through its own sequence's block table",
+                            "gather pool[table_tensor[row, p // block_size], :, p % block_size] for each row",
+                        ),
                     )
 
 
