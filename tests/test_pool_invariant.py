@@ -1,4 +1,4 @@
-"""The shared pool-invariant reader and the small report helpers the checks share."""
+"""The shared pool-invariant reader and the small helpers the checks share (report, scratch)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,18 @@ def test_expect_raise_returns_the_error_or_names_what_was_missing():
 
     with pytest.raises(NotImplementedYet):
         expect_raise(MemoryError, "reserve", unfinished, scenario="s", hint="h")
+
+
+def test_one_logit_tolerance_policy_and_nan_never_passes():
+    import torch
+
+    from paged_helpers.checks.scratch import CPU_TOLERANCE, GPU_TOLERANCE, logit_gap, logit_tolerance, logits_match
+
+    assert logit_tolerance("cpu") == CPU_TOLERANCE < GPU_TOLERANCE == logit_tolerance(torch.device("cuda", 0))
+    expected = torch.zeros(5)
+    assert logit_gap(expected + 1e-6, expected) == pytest.approx(1e-6)
+    assert logits_match(logit_gap(expected + 1e-6, expected), "cpu")
+    assert not logits_match(logit_gap(expected + 1e-3, expected), "cpu")
+    broken = expected.clone()
+    broken[2] = float("nan")
+    assert not logits_match(logit_gap(broken, expected), "cpu")

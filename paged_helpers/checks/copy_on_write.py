@@ -28,6 +28,7 @@ from ..model import tiny_qwen3
 from ..pool_invariant import PoolReading
 from ..workloads import fork_prompt
 from .report import CacheSnapshot, Hint, call_learner, ceil_div, check, expect_raise, fail
+from .scratch import logit_gap, logits_match
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -432,11 +433,6 @@ def _device_name(device: torch.device) -> str:
     return "cpu (no GPU found)"
 
 
-def _tolerance(device: torch.device) -> float:
-    """float32 on the CPU differs from a from-scratch run only by summation order; a GPU a bit more."""
-    return 1e-4 if device.type == "cpu" else 2e-3
-
-
 def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hint:
     """Name the likely bug from the state of the cache after the logits went wrong."""
     tables = cache.tables
@@ -529,8 +525,8 @@ class _ForkRun:
     ) -> None:
         for seq, row in logits.items():
             expected = self.model.logits_from_scratch([self.tokens[seq]])[0][-1]
-            gap = float((row - expected).abs().max())
-            if not gap <= _tolerance(self.device):
+            gap = logit_gap(row, expected)
+            if not logits_match(gap, self.device):
                 fail(
                     scenario,
                     f"{seq}'s logits equal to running its {len(self.tokens[seq])} tokens from scratch",

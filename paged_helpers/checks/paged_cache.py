@@ -45,10 +45,10 @@ from .report import (
     fail,
     hint_text,
 )
+from .scratch import logit_gap, logit_tolerance, logits_match
 
 __all__ = ["check_paged_kv_cache"]
 
-LOGIT_TOLERANCE = 1e-4  # float32, the same model with and without a cache: differences are ~1e-6
 
 
 @dataclass(frozen=True)
@@ -840,11 +840,11 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
         for row, seq in enumerate(seqs):
             full = tokens[seq][: lengths_before[row]] + new[seq]
             scratch = model.logits_from_scratch([full])[0][lengths_before[row] :]  # [T, vocab]
-            gap = (logits[row].float() - scratch.float()).abs().max().item()
-            if gap > LOGIT_TOLERANCE:
+            gap = logit_gap(logits[row], scratch)
+            if not logits_match(gap, model.device):
                 fail(
                     f"{where}: the logits of {seq!r} (row {row})",
-                    f"those of running its {len(full)} tokens from scratch (within {LOGIT_TOLERANCE})",
+                    f"those of running its {len(full)} tokens from scratch (within {logit_tolerance(model.device)})",
                     f"a difference of {gap:.3g}",
                     "the history update returned for this sequence is not its own. Check: the "
                     "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
