@@ -32,6 +32,7 @@ from collections import Counter
 from ..model import tiny_qwen3
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
+from .engine_watch import Watch, watched
 from .report import CheckFailed, call_learner, check, fail
 
 __all__ = ["check_engine", "PARTS"]
@@ -84,123 +85,10 @@ def _solo_greedy(requests: list[Request]) -> dict[str, list[list[int]]]:
     return {r.request_id: [_solo((tuple(r.prompt), r.max_new_tokens, 0.0, 0))] for r in requests}
 
 
-class _Watch:
-    """What the watched cache and prefix cache saw (owned by one scenario)."""
-
-    def __init__(self) -> None:
-        self.worked_on: set[object] = set()  # sequences written to since their creation
-        self.preempted: set[object] = set()  # freed after being written to; not yet created again
-        self.readmitted: Counter[object] = Counter()
-        self.forks: list[tuple[object, object]] = []
-        self.writes: Counter[tuple[object, int]] = Counter()  # (seq, position) -> times computed
-        self.reused_tokens = 0
-
-
-def _watched_classes(cache_class, prefix_class, watch: _Watch):
-    """Subclasses of the learner's classes that record what happens and stop a bad write."""
-
-    class WatchedCache(cache_class):
-        def create(self, seq):
-            if seq in self.tables:
-                fail(
-                    f"creating sequence {seq!r}",
-                    f"{seq!r} absent from the cache (never created, or freed since)",
-                    f"{seq!r} still holds {len(self.tables[seq])} block(s)",
-                    "a sequence that leaves the running batch (preempted or finished) must give its blocks "
-                    "back with cache.free(seq_id) before it is admitted again",
-                )
-            if seq in watch.preempted:
-                watch.readmitted[seq] += 1
-                watch.preempted.discard(seq)
-            return super().create(seq)
-
-        def free(self, seq):
-            # A sequence freed after computing something and created again later was preempted.
-            # (Freed before any write, e.g. an admission undone for lack of room, it lost nothing.)
-            if seq in watch.worked_on:
-                watch.preempted.add(seq)
-                watch.worked_on.discard(seq)
-            return super().free(seq)
-
-        def fork(self, parent, child):
-            watch.forks.append((parent, child))
-            return super().fork(parent, child)
-
-        def update(self, layer, k, v, positions, *args, **kwargs):
-            if layer == 0:
-                _verify_write(self, positions, watch)
-            return super().update(layer, k, v, positions, *args, **kwargs)
-
-    WatchedCache.__name__ = WatchedCache.__qualname__ = cache_class.__name__
-
-    class WatchedPrefixCache(prefix_class):
-        def attach(self, seq, prompt):
-            reused = super().attach(seq, prompt)
-            watch.reused_tokens += int(reused)
-            return reused
-
-    WatchedPrefixCache.__name__ = WatchedPrefixCache.__qualname__ = prefix_class.__name__
-    return WatchedCache, WatchedPrefixCache
-
-
-def _verify_write(cache, positions, watch: _Watch) -> None:
-    """Positions continue each sequence; their blocks exist and belong to it alone."""
-    batch = list(cache.batch)
-    rows = positions.expand(len(batch), -1) if positions.ndim == 1 else positions
-    size = cache.block_size
-    for row, seq in enumerate(batch):
-        written = [int(p) for p in rows[row]]
-        cached = cache.lengths[seq]
-        expected = list(range(cached, cached + len(written)))
-        if written != expected:
-            resumed = (
-                f" This sequence was preempted earlier ({watch.readmitted[seq]} time(s)): its blocks were "
-                "freed, so it restarts at position 0 (or where the prefix cache's attach left it)."
-                if watch.readmitted[seq]
-                else ""
-            )
-            fail(
-                f"a forward pass wrote sequence {seq!r} at positions {_span(written)}",
-                f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
-                f"chunk starts at position {cached}",
-                f"positions {_span(written)}",
-                "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
-                f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
-            )
-        table = cache.tables[seq]
-        if (written[-1] // size) >= len(table):
-            fail(
-                f"a forward pass wrote sequence {seq!r} up to position {written[-1]}",
-                f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
-                f"{len(table)} block(s) (room for {len(table) * size} tokens)",
-                "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
-                "writes happen inside the forward pass, where running out of blocks can no longer be "
-                "handled",
-            )
-        for position in written:
-            block = table[position // size]
-            if cache.allocator.refs[block] > 1:
-                fail(
-                    f"a forward pass wrote sequence {seq!r} at position {position} into block {block}",
-                    "a block this sequence owns alone (reserve copies a shared block before a write)",
-                    f"block {block} with reference count {cache.allocator.refs[block]}",
-                    "reserve every planned chunk before the forward pass; after a fork, reserve is what "
-                    "copies the shared last block (copy-on-write)",
-                )
-            watch.writes[(seq, position)] += 1
-        watch.worked_on.add(seq)
-
-
-def _span(positions: list[int]) -> str:
-    if not positions:
-        return "(none)"
-    return str(positions[0]) if len(positions) == 1 else f"{positions[0]}..{positions[-1]}"
-
-
-def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: _Watch):
+def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: Watch):
     model = _model()
     config = model.config
-    watched_cache, watched_prefix = _watched_classes(cache_class, prefix_class, watch)
+    watched_engine, watched_cache, watched_prefix = watched(engine_class, cache_class, prefix_class, watch)
     cache = call_learner(
         f"{cache_class.__name__}(...)",
         watched_cache,
@@ -213,7 +101,7 @@ def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: _Wat
     prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
     engine = call_learner(
         f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, max_step_tokens={STEP_TOKENS})",
-        engine_class,
+        watched_engine,
         model,
         cache,
         prefix,
@@ -283,7 +171,7 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
 def _part_batching(engine_class, cache_class, prefix_class) -> None:
     scenario = "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
     requests = _batching_workload()
-    watch = _Watch()
+    watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
     outputs = _serve(engine, requests, scenario)
     _compare_outputs(
@@ -315,7 +203,7 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 16
     scenario = f"six requests at once in a pool of {num_blocks} blocks of {BLOCK_SIZE} (memory pressure)"
     requests = _pressure_workload()
-    watch = _Watch()
+    watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
     outputs = _serve(engine, requests, scenario)
     preempted = sum(watch.readmitted.values())
@@ -349,7 +237,7 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 8
     capacity = num_blocks * BLOCK_SIZE
     scenario = f"a pool of {num_blocks} blocks of {BLOCK_SIZE} tokens ({capacity} tokens)"
-    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, _Watch())
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, Watch(scenario))
     too_long = list(range(1, capacity - 2))
     try:
         engine.add_request("too_long", too_long, 5)
@@ -398,7 +286,7 @@ def _part_sampling(engine_class, cache_class, prefix_class) -> None:
     expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
     runs = []
     for attempt in range(2):
-        watch = _Watch()
+        watch = Watch(scenario)
         engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 64, watch)
         outputs = _serve(engine, [request], scenario, n=n, temperature=temperature, seed=seed)
         got = outputs.get("sampled")
@@ -423,7 +311,7 @@ def _part_sampling(engine_class, cache_class, prefix_class) -> None:
         )
 
 
-def _expect_sampling_structure(scenario, got, expected, prompt, watch: _Watch, n: int, seed: int) -> None:
+def _expect_sampling_structure(scenario, got, expected, prompt, watch: Watch, n: int, seed: int) -> None:
     if len({tuple(sample) for sample in got}) == 1:
         fail(
             f"{scenario}: the samples",
