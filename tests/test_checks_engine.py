@@ -185,6 +185,162 @@ def _admit_unrecorded(self):
         self.metrics = metrics
 
 
+def _reserve_preempting_oldest(self, plan):
+    """Preempts running[0], the oldest, instead of the newest."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                free_before = self.cache.allocator.num_free
+                self._make_room(free_before + self.cache.blocks_needed(count) + 1)
+                if self.cache.allocator.num_free == free_before:
+                    self._preempt(self.running[0])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _reserve_preempting_first(self, plan):
+    """On MemoryError preempts at once, never asking the prefix cache to evict."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                self._preempt(self.running[-1])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _preempt_to_back(self, seq):
+    """Puts the preempted sequence at the back of the queue, behind newer arrivals."""
+    self.cache.free(seq.seq_id)
+    seq.num_cached = 0
+    self.running.remove(seq)
+    self.waiting.append(seq)
+    self.metrics.record_preemption(seq)
+
+
+def _admit_newest_first(self):
+    """Admits from the back of the queue (LIFO)."""
+    while self.waiting:
+        seq = self.waiting[-1]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.pop()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_if_own_blocks_fit(self):
+    """Admits while the sequence's own blocks fit, forgetting what running prefills still need."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        if self.running and not self._make_room(self._blocks_to_come(seq)):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_without_undo(self):
+    """Leaves a refused sequence created in the cache (no cache.free after attach)."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_counting_refused_hits(self):
+    """Records the admission (and its prefix hits) before knowing whether it sticks."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        self.metrics.record_admission(seq, reused)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+
+
+def _plan_without_budget(self):
+    """Every prefilling sequence gets a full chunk: the step's token budget is ignored."""
+    plan = [(seq, 1) for seq in self.running if not seq.is_prefilling]
+    plan += [(seq, min(self.chunk_size, seq.num_pending)) for seq in self.running if seq.is_prefilling]
+    return plan
+
+
+def _plan_without_chunks(self):
+    """Prefills as much of a prompt as the budget allows: chunk_size is ignored."""
+    plan = [(seq, 1) for seq in self.running if not seq.is_prefilling]
+    budget = self.max_step_tokens - len(plan)
+    for seq in self.running:
+        if seq.is_prefilling and budget > 0:
+            count = min(seq.num_pending, budget)
+            plan.append((seq, count))
+            budget -= count
+    return plan
+
+
+def _plan_prefill_first(self):
+    """Prefill chunks first; decoders only with what is left of the budget."""
+    plan, budget = [], self.max_step_tokens
+    for seq in self.running:
+        if seq.is_prefilling and budget > 0:
+            count = min(self.chunk_size, seq.num_pending, budget)
+            plan.append((seq, count))
+            budget -= count
+    for seq in self.running:
+        if not seq.is_prefilling and budget > 0:
+            plan.append((seq, 1))
+            budget -= 1
+    return plan
+
+
+def _add_request_rejecting_busy(self, request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0):
+    """Refuses a request that does not fit the free blocks now, though it fits the pool."""
+    needed = self.cache.blocks_needed(len(prompt) + max_new_tokens)
+    if needed > self.cache.allocator.num_free:
+        raise ValueError(f"request {request_id!r} does not fit")
+    _right_engine().add_request(self, request_id, prompt, max_new_tokens, n, seed, temperature)
+
+
+def _fork_by_shallow_copy(self, parent):
+    """copy.copy(parent) for each sample: the children share the parent's output list."""
+    import copy
+
+    seed = self.request_seeds[parent.request_id]
+    children = []
+    for index in range(1, parent.n):
+        child = copy.copy(parent)
+        child.seq_id, child.sample_index, child.seed = f"{parent.request_id}/{index}", index, sample_seed(seed, index)
+        child.forked = True
+        self.cache.fork(parent.seq_id, child.seq_id)
+        children.append(child)
+    parent.forked = True
+    self.running.extend(children)
+    return children
+
+
 WRONG = {
     "leaks_blocks_at_finish": dict(_finish=_finish_without_free),
     "no_reserve_before_forward": dict(_reserve=_reserve_nothing),
@@ -199,6 +355,18 @@ WRONG = {
     "samples_mid_prompt": dict(_advance=_advance_sampling_every_chunk),
     "never_evicts_prefix_cache": dict(_make_room=_make_room_without_eviction),
     "admissions_not_recorded": dict(_admit=_admit_unrecorded),
+    "preempts_oldest": dict(_reserve=_reserve_preempting_oldest),
+    "preempts_before_evicting": dict(_reserve=_reserve_preempting_first),
+    "preempted_to_back_of_queue": dict(_preempt=_preempt_to_back),
+    "admits_newest_first": dict(_admit=_admit_newest_first),
+    "admits_without_room": dict(_admit=_admit_if_own_blocks_fit),
+    "no_undo_after_refused_admission": dict(_admit=_admit_without_undo),
+    "counts_hits_of_refused_admissions": dict(_admit=_admit_counting_refused_hits),
+    "ignores_step_budget": dict(_plan=_plan_without_budget),
+    "ignores_chunk_size": dict(_plan=_plan_without_chunks),
+    "decoders_only_with_leftover_budget": dict(_plan=_plan_prefill_first),
+    "rejects_requests_that_fit_later": dict(add_request=_add_request_rejecting_busy),
+    "fork_by_shallow_copy": dict(_fork_samples=_fork_by_shallow_copy),
 }
 
 MESSAGES = {
@@ -224,6 +392,18 @@ MESSAGES = {
         ["evict before preempting", "could have been evicted", "prefix_cache.evict"],
     ),
     "admissions_not_recorded": ("batching", ["metrics.prefix_hit_tokens", "record_admission(seq, reused)"]),
+    "preempts_oldest": ("preemption", ["preempt the newest", "running[-1]"]),
+    "preempts_before_evicting": ("preemption", ["evict before preempting", "prefix_cache.evict"]),
+    "preempted_to_back_of_queue": ("preemption", ["preempted to the front", "waiting.appendleft"]),
+    "admits_newest_first": ("batching", ["admission order", "front of `waiting`"]),
+    "admits_without_room": ("preemption", ["admit only with room", "_blocks_to_come"]),
+    "no_undo_after_refused_admission": ("preemption", ["undo a refused admission", "cache.free(seq_id)"]),
+    "counts_hits_of_refused_admissions": ("preemption", ["prefix hits that stick", "after the room check"]),
+    "ignores_step_budget": ("batching", ["token budget", "budget left"]),
+    "ignores_chunk_size": ("batching", ["chunk size", "min(chunk_size"]),
+    "decoders_only_with_leftover_budget": ("batching", ["every running sequence decodes", "before any prompt chunk"]),
+    "rejects_requests_that_fit_later": ("rejection", ["refuse only requests that can never fit", "whole pool"]),
+    "fork_by_shallow_copy": ("sampling", ["own output list", "copy.copy"]),
 }
 
 
@@ -257,3 +437,36 @@ def test_release_says_not_implemented_yet(tmp_path, right, part):
     released = release_definition(tmp_path, NOTEBOOK, "ContinuousBatchingEngine", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_engine(released, right[1], right[2], parts=part)
+
+
+def _prefix_cache_evicting_in_use(prefix_class):
+    """A prefix cache whose evict drops the least recently used entries whether or not they are in use."""
+
+    class EvictsInUse(prefix_class):
+        def evict(self, blocks_wanted):
+            allocator = self.cache.allocator
+            for key in list(self.entries):
+                if allocator.num_free >= blocks_wanted:
+                    break
+                allocator.release(self.entries.pop(key))
+
+    return EvictsInUse
+
+
+def test_eviction_of_blocks_in_use_is_named(right, failing_message):
+    engine, cache, prefix = right
+    message = failing_message(
+        lambda *impl: check_engine(*impl, parts="preemption"), engine, cache, _prefix_cache_evicting_in_use(prefix)
+    )
+    assert "never evict blocks in use" in message and "reference count 1" in message, message
+
+
+def test_eviction_workload_needs_eviction(right, failing_message):
+    """The workload where only eviction lets the oldest request go on, on its own."""
+    from paged_helpers.checks import engine as engine_check
+
+    engine, cache, prefix = right
+    engine_check._part_eviction(engine, cache, prefix)
+    wrong = type("preempts_before_evicting", (engine,), WRONG["preempts_before_evicting"])
+    message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
+    assert "evict before preempting 'whole_pool'" in message and "could have been evicted" in message, message

@@ -26,6 +26,7 @@ Parts (``parts=``), each a separate graded cell in the notebook:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 
@@ -49,16 +50,18 @@ def _model():
 
 
 def _batching_workload() -> list[Request]:
-    """Eight requests, one every other step, most opening with the same 12-token system prompt."""
-    return serving_workload(
+    """Eight requests, many opening with the same 12-token system prompt, in two bursts of four:
+    at step 0 their prefills compete for the step's budget; at step 6 they compete with the
+    first burst's decoders."""
+    requests = serving_workload(
         count=8,
         prompt_range=(5, 30),
         output_range=(4, 10),
         shared_prefix_share=0.5,
         shared_prefix_tokens=12,
-        arrival_every=2,
         seed=4,
     )
+    return [dataclasses.replace(r, arrival_step=0 if i < 4 else 6) for i, r in enumerate(requests)]
 
 
 def _pressure_workload() -> list[Request]:
@@ -169,7 +172,7 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
 
 
 def _part_batching(engine_class, cache_class, prefix_class) -> None:
-    scenario = "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
+    scenario = "eight requests, four at step 0 and four at step 6 (chunked prefill, mixed decode batches, shared prefix)"
     requests = _batching_workload()
     watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
@@ -199,6 +202,27 @@ def _part_batching(engine_class, cache_class, prefix_class) -> None:
     _expect_all_blocks_free(scenario, cache, prefix)
 
 
+def _eviction_workload(capacity: int) -> list[Request]:
+    """A request that leaves its prompt in the prefix cache, then one that needs the whole pool."""
+    first, second = serving_workload(count=2, prompt_range=(12, 12), shared_prefix_share=0.0, seed=9)
+    return [
+        Request("cached_prompt", first.prompt, 3),
+        Request("whole_pool", second.prompt[:6], capacity - 6, arrival_step=6),
+    ]
+
+
+def _preemption_bound(requests: list[Request]) -> int:
+    """A generous ceiling on preemptions: two per request.
+
+    Admitting only what fits (every running prefill's blocks counted) lets each admitted prompt
+    complete; what is left is decode growth, which pushes a request out about once (the
+    instructor's engine: 7 preemptions for the 6 requests of the pressure workload). An engine
+    that admits without counting the running prefills needs 18 there; this ceiling is a
+    backstop behind the rule "admit only with room", which catches that engine first.
+    """
+    return 2 * len(requests)
+
+
 def _part_preemption(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 16
     scenario = f"six requests at once in a pool of {num_blocks} blocks of {BLOCK_SIZE} (memory pressure)"
@@ -216,6 +240,15 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
             "from the prefix cache, then preempt the newest running sequence (free its blocks, put it back "
             "at the front of the waiting queue)",
         )
+    bound = _preemption_bound(requests)
+    if watch.preemptions > bound:
+        fail(
+            f"{scenario}: preemptions",
+            f"at most {bound} (two per request): admitted sequences whose blocks were counted do not need more",
+            f"{watch.preemptions} preemptions",
+            "admit only while the free blocks (after eviction) cover what every running prefill and the new "
+            "sequence still have to allocate; each preemption throws away computed work",
+        )
     _compare_outputs(
         scenario,
         _solo_greedy(requests),
@@ -223,12 +256,41 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
         f"{preempted} preemption(s) happened: a preempted sequence keeps its output and is recomputed "
         "(prompt + output so far) from position 0, or from what attach returns, before sampling again",
     )
-    if engine.metrics.preemptions < preempted:
+    if engine.metrics.preemptions != watch.preemptions:
         fail(
             f"{scenario}: metrics",
-            f"metrics.preemptions >= {preempted} (sequences freed, then readmitted)",
+            f"metrics.preemptions == {watch.preemptions} (the sequences freed by _reserve before finishing)",
             engine.metrics.preemptions,
             "call self.metrics.record_preemption(seq) once in each preemption",
+        )
+    _expect_all_blocks_free(scenario, cache, prefix)
+    _part_eviction(engine_class, cache_class, prefix_class)
+
+
+def _part_eviction(engine_class, cache_class, prefix_class) -> None:
+    """Only eviction lets the oldest (and only) request continue: preempting it could only repeat."""
+    num_blocks = 8
+    capacity = num_blocks * BLOCK_SIZE
+    scenario = (
+        f"a pool of {num_blocks} blocks: a finished request's prompt stays cached, then a request of "
+        f"exactly {capacity} tokens runs alone"
+    )
+    requests = _eviction_workload(capacity)
+    watch = Watch(scenario)
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
+    outputs = _serve(engine, requests, scenario)
+    _compare_outputs(
+        scenario,
+        _solo_greedy(requests),
+        outputs,
+        "the request running alone must get the cached blocks by eviction and go on",
+    )
+    if watch.preemptions:
+        fail(
+            f"{scenario}: preemptions",
+            "none: the request runs alone and fits the pool once the cached prompt is evicted",
+            f"{watch.preemptions} preemption(s)",
+            "on MemoryError evict from the prefix cache first; the oldest running sequence is never preempted",
         )
     _expect_all_blocks_free(scenario, cache, prefix)
 
@@ -267,11 +329,33 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
             True,
             "validate before appending the request to the waiting queue",
         )
+    busy = Request("busy", list(range(40, 52)), 4)
     fits = Request("fits_exactly", list(range(1, capacity - 4)), 5)
-    outputs = _serve(engine, [fits], f"{scenario}: a request of exactly {capacity} tokens")
+    serving = Serving(engine, [busy], max_steps=2)
+    while serving.steps < 2:
+        call_learner("engine.step()", serving.step, scenario=scenario)
+    free = cache.allocator.num_free
+    try:
+        engine.add_request(fits.request_id, list(fits.prompt), fits.max_new_tokens)
+    except ValueError as error:
+        fail(
+            f"{scenario}: refuse only requests that can never fit: add_request of {capacity} tokens while "
+            f"{free} block(s) are free",
+            "accepted: the request fits the whole pool, so it can run once the others finish",
+            f"ValueError: {error}",
+            "compare the request's blocks with the whole pool (len(cache.allocator.refs)), not with the free "
+            "blocks of the moment: room is made later, by waiting, eviction and preemption",
+        )
+    scenario = f"{scenario}: a request of exactly {capacity} tokens behind a running one"
+    outputs = serving.outputs
+    serving = Serving(engine, [busy, fits])
+    serving.arriving = []
+    while not serving.done:
+        call_learner("engine.step()", serving.step, scenario=scenario)
+    outputs.update(serving.outputs)
     _compare_outputs(
-        f"{scenario}: a request of exactly {capacity} tokens",
-        _solo_greedy([fits]),
+        scenario,
+        _solo_greedy([busy, fits]),
         outputs,
         "a request that fits the whole pool must be served (alone, after evicting the prefix cache)",
     )
