@@ -172,7 +172,7 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
 
 
 def _part_batching(engine_class, cache_class, prefix_class) -> None:
-    scenario = "eight requests, four at step 0 and four at step 6 (chunked prefill, mixed decode batches, shared prefix)"
+    scenario = "eight requests, four at step 0 and four at step 6 (chunked prefill, decode batches, shared prefix)"
     requests = _batching_workload()
     watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)

@@ -112,8 +112,7 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
             fail(
                 f"{scenario}: admitting {seq.seq_id!r}",
                 "a sequence in the cache whose num_cached equals the tokens attach returned",
-                f"num_cached {seq.num_cached}, cache holds "
-                f"{cache.lengths.get(seq.seq_id, '(not created)')} token(s)",
+                f"num_cached {seq.num_cached}, cache holds {cache.lengths.get(seq.seq_id, '(not created)')} token(s)",
                 "admit through prefix_cache.attach(seq_id, seq.tokens) and set seq.num_cached to what it returns",
             )
     forced = 1 if not before.running else 0

@@ -138,7 +138,8 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             watch.kept = kept
             return kept
 
-    for cls, learner in ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class)):
+    pairs = ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class))
+    for cls, learner in pairs:
         cls.__name__ = cls.__qualname__ = learner.__name__
     return WatchedEngine, WatchedCache, WatchedPrefixCache
 
