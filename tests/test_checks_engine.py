@@ -470,3 +470,13 @@ def test_eviction_workload_needs_eviction(right, failing_message):
     wrong = type("preempts_before_evicting", (engine,), WRONG["preempts_before_evicting"])
     message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
     assert "evict before preempting 'whole_pool'" in message and "could have been evicted" in message, message
+
+
+def test_refusal_while_serving_names_the_rule(right, failing_message):
+    """A request refused mid-workload (the pool is busy, not too small) is named as such, not as a crash."""
+    from paged_helpers.checks import engine as engine_check
+
+    engine, cache, prefix = right
+    wrong = type("rejects_requests_that_fit_later", (engine,), WRONG["rejects_requests_that_fit_later"])
+    message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
+    assert "refuse only requests that can never fit" in message and "whole pool" in message, message

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import traceback
 from collections import Counter
 
 from ..model import tiny_qwen3
@@ -120,7 +121,19 @@ def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[in
         while not serving.done:
             call_learner("engine.step()", serving.step, scenario=scenario)
     except CheckFailed as error:
-        if isinstance(error.__cause__, EngineStalled):
+        cause = error.__cause__
+        if isinstance(cause, ValueError) and any(
+            frame.name == "add_request" for frame in traceback.extract_tb(cause.__traceback__)
+        ):
+            fail(
+                f"{scenario}: refuse only requests that can never fit",
+                f"every request of this workload accepted: each fits the pool of {len(engine.cache.allocator.refs)} "
+                "blocks alone",
+                f"add_request raised ValueError: {cause}",
+                "compare the request's blocks with the whole pool (len(cache.allocator.refs)), not with the free "
+                "blocks of the moment: room is made later, by waiting, eviction and preemption",
+            )
+        if isinstance(cause, EngineStalled):
             fail(
                 f"{scenario}: the engine stopped making progress",
                 f"all {len(requests)} requests finished within {serving.max_steps} steps",
