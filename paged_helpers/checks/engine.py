@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import traceback
 from collections import Counter
 
 from ..model import tiny_qwen3
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
-from .engine_watch import Watch, watched
+from .engine_watch import Refused, Watch, watched
 from .report import CheckFailed, call_learner, check, fail
 
 __all__ = ["check_engine", "PARTS"]
@@ -122,9 +121,7 @@ def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[in
             call_learner("engine.step()", serving.step, scenario=scenario)
     except CheckFailed as error:
         cause = error.__cause__
-        if isinstance(cause, ValueError) and any(
-            frame.name == "add_request" for frame in traceback.extract_tb(cause.__traceback__)
-        ):
+        if isinstance(cause, Refused):
             fail(
                 f"{scenario}: refuse only requests that can never fit",
                 f"every request of this workload accepted: each fits the pool of {len(engine.cache.allocator.refs)} "

@@ -22,6 +22,10 @@ from . import engine_rules as rules
 from .report import fail
 
 
+class Refused(ValueError):
+    """The learner's add_request refused a request (their ValueError, re-raised so it can be told apart)."""
+
+
 class Watch:
     """What the watched engine, cache and prefix cache saw during one scenario."""
 
@@ -104,6 +108,12 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             return result
 
     class WatchedEngine(engine_class):
+        def add_request(self, *args, **kwargs):
+            try:
+                return super().add_request(*args, **kwargs)
+            except ValueError as error:
+                raise Refused(str(error)) from error
+
         def step(self):
             watch.engine = self
             watch.phases, watch.kept = [], None
