@@ -30,10 +30,9 @@ import dataclasses
 import functools
 from collections import Counter
 
-from ..model import tiny_qwen3
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
-from .engine_watch import Refused, Watch, watched
+from .engine_watch import Refused, Watch, build, model
 from .report import CheckFailed, call_learner, check, fail
 
 __all__ = ["check_engine", "PARTS"]
@@ -42,11 +41,6 @@ PARTS = ("batching", "preemption", "rejection", "sampling")
 BLOCK_SIZE = 4
 CHUNK_SIZE = 8
 STEP_TOKENS = 24
-
-
-@functools.cache
-def _model():
-    return tiny_qwen3(seed=0, device="cpu")
 
 
 def _batching_workload() -> list[Request]:
@@ -81,7 +75,7 @@ def _pressure_workload() -> list[Request]:
 def _solo(key: tuple[tuple[int, ...], int, float, int]) -> list[int]:
     prompt, max_new_tokens, temperature, seed = key
     with one_thread():
-        return solo_run(_model(), list(prompt), max_new_tokens, temperature, seed)
+        return solo_run(model(), list(prompt), max_new_tokens, temperature, seed)
 
 
 def _solo_greedy(requests: list[Request]) -> dict[str, list[list[int]]]:
@@ -89,29 +83,7 @@ def _solo_greedy(requests: list[Request]) -> dict[str, list[list[int]]]:
 
 
 def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: Watch):
-    model = _model()
-    config = model.config
-    watched_engine, watched_cache, watched_prefix = watched(engine_class, cache_class, prefix_class, watch)
-    cache = call_learner(
-        f"{cache_class.__name__}(...)",
-        watched_cache,
-        config.num_hidden_layers,
-        num_blocks,
-        BLOCK_SIZE,
-        config.num_key_value_heads,
-        config.head_dim,
-    )
-    prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
-    engine = call_learner(
-        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, max_step_tokens={STEP_TOKENS})",
-        watched_engine,
-        model,
-        cache,
-        prefix,
-        chunk_size=CHUNK_SIZE,
-        max_step_tokens=STEP_TOKENS,
-    )
-    return engine, cache, prefix
+    return build(engine_class, cache_class, prefix_class, watch, num_blocks, BLOCK_SIZE, CHUNK_SIZE, STEP_TOKENS)
 
 
 def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[int]]]:

@@ -16,10 +16,46 @@ the watched phases in order.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
+from ..model import tiny_qwen3
 from . import engine_rules as rules
-from .report import fail
+from .report import call_learner, fail
+
+
+@functools.cache
+def model():
+    """The tiny model every engine check serves (seeded, CPU)."""
+    return tiny_qwen3(seed=0, device="cpu")
+
+
+def build(engine_class, cache_class, prefix_class, watch, num_blocks, block_size, chunk_size, max_step_tokens):
+    """A watched engine on a watched cache of ``num_blocks`` blocks and a watched prefix cache."""
+    config = model().config
+    watched_engine, watched_cache, watched_prefix = watched(engine_class, cache_class, prefix_class, watch)
+    cache = call_learner(
+        f"{cache_class.__name__}(...)",
+        watched_cache,
+        config.num_hidden_layers,
+        num_blocks,
+        block_size,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
+    prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
+    engine = call_learner(
+        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={chunk_size}, "
+        f"max_step_tokens={max_step_tokens})",
+        watched_engine,
+        model(),
+        cache,
+        prefix,
+        chunk_size=chunk_size,
+        max_step_tokens=max_step_tokens,
+    )
+    watch.engine = engine
+    return engine, cache, prefix
 
 
 class Refused(ValueError):
@@ -43,6 +79,7 @@ class Watch:
         self.reservation: rules.Reservation | None = None
         self.kept: list | None = None
         self.phases: list[str] = []
+        self.engine = None  # set by build()
 
     def where(self) -> str:
         return f"{self.scenario}, step {self.step}"
