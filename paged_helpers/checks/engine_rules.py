@@ -141,6 +141,30 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
     return admitted
 
 
+@dataclass(frozen=True)
+class PlanState:
+    """What planning must leave alone: the running batch and each sequence's progress."""
+
+    running: tuple
+    progress: tuple  # (num_cached, len(output)) per running sequence
+
+    @classmethod
+    def of(cls, engine) -> PlanState:
+        running = tuple(engine.running)
+        return cls(running, tuple((seq.num_cached, len(seq.output)) for seq in running))
+
+    def expect_unchanged(self, scenario: str, engine, plan) -> None:
+        now = PlanState.of(engine)
+        if now.running != self.running or now.progress != self.progress:
+            fail(
+                f"{scenario}: _plan changed the engine",
+                "running, num_cached and output untouched: planning only decides",
+                f"plan {[(s.seq_id, c) for s, c in plan]}; (num_cached, outputs) before "
+                f"{list(self.progress)}, after {list(now.progress)}",
+                "_plan returns the chunks; num_cached grows in _advance, after the forward pass computed them",
+            )
+
+
 def expect_plan(scenario: str, engine, plan) -> None:
     """The rules of ``_plan``: every decoder one token; prefill chunks oldest first within the budget."""
     running = list(engine.running)

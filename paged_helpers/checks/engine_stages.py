@@ -160,12 +160,13 @@ def _admission_queue(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 9
     scenario = (
         f"admission in a pool of {num_blocks} blocks of {BLOCK_SIZE}: a 12-token prompt left in the prefix "
-        "cache; waiting: 'a' (its first 8 tokens + 5), 'b' (20 new tokens), 'c' (24 new tokens)"
+        "cache; waiting: 'a' (its first 8 tokens + 5), 'b' (20 new tokens), 'c' (its first 8 tokens + 16)"
     )
     engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
     cached = _tokens(100, 12)
     _leave_in_prefix_cache(cache, prefix, "earlier", cached)
-    for request_id, prompt in (("a", cached[:8] + _tokens(200, 5)), ("b", _tokens(300, 20)), ("c", _tokens(400, 24))):
+    queue = (("a", cached[:8] + _tokens(200, 5)), ("b", _tokens(300, 20)), ("c", cached[:8] + _tokens(400, 16)))
+    for request_id, prompt in queue:
         _expect_accepted(engine, scenario, request_id, prompt, 3)
     call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
     admitted = rules.names(engine.running)
@@ -173,7 +174,7 @@ def _admission_queue(engine_class, cache_class, prefix_class) -> None:
         fail(
             f"{scenario}: admit while there is room",
             "['a', 'b'] admitted: 'a' reuses 8 cached tokens and needs 2 more blocks; 'b' needs 5, which "
-            "fit once the cached block nobody uses is evicted; 'c' (6 more) does not fit",
+            "fit once the cached block nobody uses is evicted; 'c' (4 more) does not fit",
             admitted,
             "admit from the front while the free blocks, after _make_room evicts from the prefix cache, "
             "cover what the running prefills and this sequence still need; stop at the first that does not fit",
@@ -181,14 +182,15 @@ def _admission_queue(engine_class, cache_class, prefix_class) -> None:
 
 
 def _admission_idle(engine_class, cache_class, prefix_class) -> None:
-    num_blocks = 6
+    num_blocks = 100
+    capacity = num_blocks * BLOCK_SIZE
     scenario = (
         f"an idle engine, a pool of {num_blocks} blocks, 4 of them holding a cached prompt; waiting: one "
-        "request of 24 tokens (6 blocks)"
+        f"request of exactly {capacity} tokens (the whole pool, no room left for a 1% spare)"
     )
     engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(100, 16))
-    _expect_accepted(engine, scenario, "alone", _tokens(300, 20), 4)
+    _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(1000, 16))
+    _expect_accepted(engine, scenario, "alone", _tokens(300, capacity - 1), 1)
     call_learner("_admit()", engine._admit, scenario=scenario)
 
 
@@ -208,15 +210,7 @@ def _plan_case(engine_class, cache_class, prefix_class, scenario, running, chunk
         engine_class, cache_class, prefix_class, 8, scenario, chunk_size=chunk_size, max_step_tokens=max_step_tokens
     )
     engine.running.extend(running)
-    state = [(seq.num_cached, list(seq.output)) for seq in running]
-    plan = call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
-    if [(seq.num_cached, list(seq.output)) for seq in running] != state or list(engine.running) != running:
-        fail(
-            f"{scenario}: _plan changed the engine",
-            "running, num_cached and output untouched: planning only decides",
-            f"plan {[(s.seq_id, c) for s, c in plan]}",
-            "_plan returns the chunks; num_cached grows in _advance, after the forward pass computed them",
-        )
+    call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
 
 
 @check(notebook=NOTEBOOK, builds="EnginePlanner", partners=PARTNERS)

@@ -169,7 +169,9 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
 
         def _plan(self):
             watch.phases.append("_plan")
+            state = rules.PlanState.of(self)
             plan = super()._plan()
+            state.expect_unchanged(watch.where(), self, plan)
             rules.expect_plan(watch.where(), self, list(plan))
             return plan
 
