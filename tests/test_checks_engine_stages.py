@@ -64,6 +64,21 @@ def _admit_waiting_for_room_when_idle(self):
         self.metrics.record_admission(seq, reused)
 
 
+def _admit_without_spare(self):
+    """Admits while the blocks to come fit exactly, keeping no 1% spare for the decoders."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        if self.running and not self._make_room(promised + self._blocks_to_come(seq)):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
 def _plan_advancing_num_cached(self):
     """Counts the chunk as computed while planning it."""
     plan = solution(NOTEBOOK, "EnginePlanner")._plan(self)
@@ -170,6 +185,11 @@ WRONG = {
         "admission",
         dict(_admit=_admit_waiting_for_room_when_idle),
         ["admit when idle", "waits forever"],
+    ),
+    "admits_without_spare": (
+        "admission",
+        dict(_admit=_admit_without_spare),
+        ["admit only with room", "plus 1% of the pool kept spare (1)"],
     ),
     "ignores_step_budget": ("plan", dict(_plan=E._plan_without_budget), ["token budget", "budget left"]),
     "ignores_chunk_size": ("plan", dict(_plan=E._plan_without_chunks), ["chunk size", "min(chunk_size"]),

@@ -194,12 +194,31 @@ def _admission_idle(engine_class, cache_class, prefix_class) -> None:
     call_learner("_admit()", engine._admit, scenario=scenario)
 
 
+def _admission_spare(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 100
+    scenario = (
+        f"an idle engine, a pool of {num_blocks} blocks of {BLOCK_SIZE}; waiting: 'a' and 'b', prompts of 200 "
+        "tokens (50 blocks each)"
+    )
+    engine, _, _ = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    _expect_accepted(engine, scenario, "a", _tokens(1, 200), 4)
+    _expect_accepted(engine, scenario, "b", _tokens(300, 200), 4)
+    call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
+    if rules.names(engine.running) != ["a"]:
+        fail(
+            f"{scenario}: admit only with room",
+            "['a'] admitted: 'a' and 'b' need 100 blocks together, and 1 block (1% of the pool) stays spare",
+            rules.names(engine.running),
+            "count the running prefills' blocks, this sequence's, and the spare 1% of the pool",
+        )
+
+
 @check(notebook=NOTEBOOK, builds="EngineAdmission", partners=PARTNERS)
 def check_engine_admission(engine_class, cache_class, prefix_cache_class) -> str:
     """add_request and _admit of the learner's EngineAdmission, on hand-built queues and pools."""
-    for stage in (_admission_front_door, _admission_queue, _admission_idle):
+    for stage in (_admission_front_door, _admission_queue, _admission_idle, _admission_spare):
         stage(engine_class, cache_class, prefix_cache_class)
-    return "3 scenarios (the front door, a queue with a cached prefix, an idle engine)"
+    return "4 scenarios (the front door, a queue with a cached prefix, an idle engine, the spare 1%)"
 
 
 # ---------------------------------------------------------------- planning a step
