@@ -1,25 +1,25 @@
-"""check_engine: notebook 08's continuous-batching engine on the learner's paged cache.
+"""check_engine: notebook 08's continuous-batching engine on the learner's paged cache, end to end.
 
 The check serves small seeded workloads with the tiny model and compares against each
-request run alone (``serving.solo_run``). It watches the engine through a subclass of the
-learner's own cache and prefix cache, which change nothing but record, and stop the run at
-the first write that breaks a rule:
+request run alone (``serving.solo_run``). Greedy outputs do not depend on the schedule, so
+it also watches the schedule (``engine_watch``): subclasses of the learner's engine, cache and
+prefix cache that change nothing, record every phase of every step, and stop the run at the
+first broken rule of ``engine_rules`` (admission order, room, undo, prefix hits that stick;
+every decoder in every plan, chunk size, token budget; evict before preempting, the newest as
+victim, back at the front of the queue; no eviction of a block in use), and at the first write
+at the wrong positions or into a block not reserved, or shared, before the forward pass.
 
-  * every write: its positions must continue where the sequence's cached tokens end, and
-    its blocks must have been reserved (and not be shared) before the forward pass;
-  * creations after a free: a sequence freed after computing something and created again
-    was preempted and resumed;
-  * forks, and how many times each prompt position was computed;
-  * the tokens the prefix cache handed out.
+Parts (``parts=``), each a separate graded cell in the notebook (the stage checks in
+``engine_stages`` come before them):
 
-Parts (``parts=``), each a separate graded cell in the notebook:
-
-  batching     staggered arrivals, chunked prefill, mixed decode batches, prefix hits;
-               outputs equal solo runs; every block back on the free list afterwards
+  batching     two bursts of four requests, chunked prefill competing for the step's budget
+               with decoders, prefix hits; outputs equal solo runs; every block back on the
+               free list afterwards
   preemption   a pool too small for the whole batch: preemption must happen, be counted in
-               the metrics, and the outputs still equal solo runs; no block leaks
-  rejection    a request that can never fit is refused by add_request (ValueError), one that
-               exactly fits is served
+               the metrics, stay under two per request, and the outputs still equal solo
+               runs; then a workload where only eviction lets the oldest (only) request go on
+  rejection    a request that can never fit is refused by add_request (ValueError); one that
+               exactly fits the pool is accepted while another runs, and served
   sampling     n = 4 seeded samples: one prefill, n - 1 forks, distinct samples, each equal to
                its solo run with its own seed, and the same seed gives the same samples
 """
