@@ -480,3 +480,15 @@ def test_refusal_while_serving_names_the_rule(right, failing_message):
     wrong = type("rejects_requests_that_fit_later", (engine,), WRONG["rejects_requests_that_fit_later"])
     message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
     assert "refuse only requests that can never fit" in message and "whole pool" in message, message
+
+
+def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
+    """Behind the rule 'admit only with room': an engine admitting without room preempts 18 times for 6
+    requests (the instructor's engine: 7), past the ceiling of two per request."""
+    from paged_helpers.checks import engine_rules
+
+    engine, cache, prefix = right
+    monkeypatch.setattr(engine_rules, "blocks_to_come", lambda cache, seq: 0)  # the room rule sees no need
+    wrong = type("admits_without_room", (engine,), WRONG["admits_without_room"])
+    message = failing_message(lambda *impl: check_engine(*impl, parts="preemption"), wrong, cache, prefix)
+    assert "at most 12 (two per request)" in message and "preemptions" in message, message
