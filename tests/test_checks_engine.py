@@ -212,6 +212,21 @@ def _reserve_preempting_first(self, plan):
     return [(seq, count) for seq, count in plan if seq in self.running]
 
 
+def _reserve_evicting_too_little(self, plan):
+    """Asks the prefix cache for one block, forgetting that evict counts the blocks free in all."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                free_before = self.cache.allocator.num_free
+                self.prefix_cache.evict(1)
+                if self.cache.allocator.num_free == free_before:
+                    self._preempt(self.running[-1])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
 def _preempt_to_back(self, seq):
     """Puts the preempted sequence at the back of the queue, behind newer arrivals."""
     self.cache.free(seq.seq_id)
@@ -358,6 +373,7 @@ WRONG = {
     "preempts_oldest": dict(_reserve=_reserve_preempting_oldest),
     "preempts_before_evicting": dict(_reserve=_reserve_preempting_first),
     "preempted_to_back_of_queue": dict(_preempt=_preempt_to_back),
+    "evicts_too_little": dict(_reserve=_reserve_evicting_too_little),
     "admits_newest_first": dict(_admit=_admit_newest_first),
     "admits_without_room": dict(_admit=_admit_if_own_blocks_fit),
     "no_undo_after_refused_admission": dict(_admit=_admit_without_undo),
@@ -395,6 +411,7 @@ MESSAGES = {
     "preempts_oldest": ("preemption", ["preempt the newest", "running[-1]"]),
     "preempts_before_evicting": ("preemption", ["evict before preempting", "prefix_cache.evict"]),
     "preempted_to_back_of_queue": ("preemption", ["preempted to the front", "waiting.appendleft"]),
+    "evicts_too_little": ("preemption", ["evict before preempting", "more than are free now"]),
     "admits_newest_first": ("batching", ["admission order", "front of `waiting`"]),
     "admits_without_room": ("preemption", ["admit only with room", "_blocks_to_come"]),
     "no_undo_after_refused_admission": ("preemption", ["undo a refused admission", "cache.free(seq_id)"]),

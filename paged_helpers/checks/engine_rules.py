@@ -219,6 +219,7 @@ class Reservation:
         self.plan = list(plan)
         self.victims: list = []
         self.memory_errors = 0
+        self.evictions_asked: list[int] = []  # blocks_wanted of each prefix_cache.evict call
 
     def live(self) -> list:
         """Running sequences not preempted so far in this reservation, oldest first."""
@@ -229,6 +230,19 @@ class Reservation:
         live = self.live()
         cache = engine.cache
         spare = evictable_blocks(cache)
+        if spare and self.evictions_asked:
+            refs = [cache.allocator.refs[block] for block in spare]
+            fail(
+                f"{scenario}: evict before preempting {seq.seq_id!r}",
+                "no block held only by the prefix cache when a sequence is preempted",
+                f"{len(spare)} such block(s) {spare[:8]} (reference counts {refs[:8]}) after "
+                f"prefix_cache.evict({', '.join(map(str, self.evictions_asked))}) with "
+                f"{cache.allocator.num_free} block(s) free",
+                "evict(blocks_wanted) drops entries until blocks_wanted blocks are free in all, so ask for more "
+                "than are free now (num_free + what the chunk needs); if you did, the prefix cache kept blocks "
+                "it should have dropped: evict must release every entry nobody else uses (reference count 1), "
+                "and remember must take one reference per entry (notebook 05)",
+            )
         if spare:
             fail(
                 f"{scenario}: evict before preempting {seq.seq_id!r}",

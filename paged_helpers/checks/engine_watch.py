@@ -139,6 +139,8 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             return reused
 
         def evict(self, blocks_wanted):
+            if watch.reservation is not None:
+                watch.reservation.evictions_asked.append(blocks_wanted)
             refs = list(self.cache.allocator.refs)
             result = super().evict(blocks_wanted)
             rules.expect_eviction(watch.where(), self.cache, refs)
