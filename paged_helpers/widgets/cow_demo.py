@@ -129,6 +129,7 @@ class CowDemo(traitlets.HasTraits):
     def reset(self) -> None:
         """A fresh, empty cache built from the class."""
         self._names = _names()
+        self.upcoming = next(self._names)
         self._generator = torch.Generator().manual_seed(self.seed)
         self.sequences, self.selected, self.history, self.problem = [], "", [], ""
         try:
@@ -152,7 +153,7 @@ class CowDemo(traitlets.HasTraits):
         tokens = self.prompt_tokens if tokens is None else int(tokens)
         if not self._ready():
             return None
-        seq = next(self._names)
+        seq = self._take_name()
         try:
             self._call("create", self.cache.create, seq)
             self.sequences = [*self.sequences, seq]
@@ -178,7 +179,7 @@ class CowDemo(traitlets.HasTraits):
         parent = self._target(parent)
         if parent is None:
             return None
-        child = next(self._names)
+        child = self._take_name()
         try:
             self._call("fork", self.cache.fork, parent, child)
         except _StepFailed as failure:
@@ -263,6 +264,11 @@ class CowDemo(traitlets.HasTraits):
         self._say(f"freed {seq}: " + ("; ".join(parts) if parts else "it held no blocks"))
 
     # ----- helpers ---------------------------------------------------------------------------
+
+    def _take_name(self) -> str:
+        """The name the next created or forked sequence gets (``upcoming``), then the one after."""
+        name, self.upcoming = self.upcoming, next(self._names)
+        return name
 
     def _ready(self) -> bool:
         if self.cache is None:

@@ -139,6 +139,13 @@ def block_ranges(blocks: Iterable[int], most: int = 4) -> str:
     return ", ".join(words[:most]) + (", \u2026" if len(words) > most else "")
 
 
+def block_word(blocks: Sequence[int]) -> str:
+    """ "block 3", "blocks 1 and 2", "blocks 1, 2 and 5"."""
+    if len(blocks) == 1:
+        return f"block {blocks[0]}"
+    return "blocks " + ", ".join(str(b) for b in blocks[:-1]) + f" and {blocks[-1]}"
+
+
 def free_tile(state: PoolState, presentation: bool = False) -> str:
     """A compact pool's stand-in for every free block: how many, and which."""
     free = [b.index for b in state.blocks if b.free and b.refs == 0 and not b.problem]
@@ -350,4 +357,25 @@ def request_rows(requests: Sequence[dict], colours: SequenceColours) -> str:
     return (
         '<div class="ph-requests"><div style="font-weight:600">Requests: prompt blocks found in the cache'
         "</div>" + "".join(rows) + "</div>"
+    )
+
+
+def story_frame(*, title: str, position: int, total: int, done: str, upcoming: str, picture: str) -> str:
+    """One frame of a story: what just happened, what comes next, and the pool, for a projector.
+
+    Sized in em only: whoever shows the frame sets one font size (the presentation stage fits
+    it to the screen). No text in it is smaller than that size.
+    """
+    return (
+        f'<div class="ph-story-frame" data-position="{position}" data-total="{total}" '
+        f'style="font-family:{palette.FONT};color:{palette.TEXT};line-height:1.3">'
+        f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:1em;font-weight:700">'
+        f'<span class="ph-story-title">{escape(title)}</span>'
+        f'<span class="ph-step-counter" style="white-space:nowrap">step {position} of {total}</span></div>'
+        f'<div class="ph-done" role="status" style="margin-top:0.3em"><b>Just now:</b> {escape(done)}</div>'
+        f'<div class="ph-next" style="margin-top:0.2em;padding-left:0.4em;border-left:0.25em solid {palette.TEXT}">'
+        f"<b>Next:</b> {escape(upcoming)}</div>"
+        f'<div class="ph-story-picture" style="margin-top:0.5em">{picture}</div>'
+        f'<div class="ph-story-keys" style="margin-top:0.4em;color:{palette.MUTED_TEXT}">'
+        "PageDown or \u2192: next \u00b7 PageUp or \u2190: back \u00b7 Home: start again</div></div>"
     )
