@@ -67,7 +67,6 @@ class BlockTableView(traitlets.HasTraits):
         compact: bool | None = None,
     ):
         super().__init__()
-        self.compact = compact
         self.cache = cache
         self.prefix_cache = prefix_cache
         self.columns = columns
@@ -77,6 +76,7 @@ class BlockTableView(traitlets.HasTraits):
         self._picture: Any = None
         self._widget: Any = None
         self.presentation = presentation
+        self.compact = compact
         self.refresh()
 
     def set_cache(self, cache: Any, prefix_cache: Any = None) -> None:
