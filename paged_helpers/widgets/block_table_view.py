@@ -171,9 +171,11 @@ class BlockTableView(traitlets.HasTraits):
         if self._widget is None:
             import ipywidgets
 
+            from .kernel_watch import KernelWatch
+
             button = ipywidgets.Button(description="Refresh", icon="refresh", tooltip="Read the cache again")
             button.on_click(lambda _button: self.refresh())
-            self._widget = ipywidgets.VBox([self.picture, button])
+            self._widget = ipywidgets.VBox([KernelWatch(), self.picture, button])
             self._widget.add_class("ph-block-table-view-widget")
         return self._widget
 

@@ -384,6 +384,8 @@ class CowDemo(traitlets.HasTraits):
     def _build_widget(self) -> Any:
         import ipywidgets as w
 
+        from .kernel_watch import KernelWatch
+
         def button(name: str, label: str, tip: str, action: Callable[[], Any], icon: str = "") -> Any:
             control = w.Button(description=label, tooltip=tip, icon=icon, layout=w.Layout(width="auto"))
             control.add_class(f"ph-do-{name}")  # ph-do-free: not the tiles' ph-free
@@ -458,7 +460,7 @@ class CowDemo(traitlets.HasTraits):
             "<style>.ph-cow-demo-widget.ph-presentation :is(input, select, label)"
             f"{{font-size:{render.PRESENTATION_FONT_PX}px !important;height:auto !important}}</style>"
         )
-        box = w.VBox([large_inputs, row, self._screen])
+        box = w.VBox([large_inputs, KernelWatch(), row, self._screen])
         box.add_class("ph-cow-demo-widget")
         self._box = box
         self._sync_controls()

@@ -159,9 +159,11 @@ class PrefixCacheView(traitlets.HasTraits):
         if self._widget is None:
             import ipywidgets
 
+            from .kernel_watch import KernelWatch
+
             self._screen = ipywidgets.HTML(self.to_html())
             button = ipywidgets.Button(description="Refresh", icon="refresh", tooltip="Read the prefix cache again")
             button.on_click(lambda _button: self.refresh())
-            self._widget = ipywidgets.VBox([self._screen, button])
+            self._widget = ipywidgets.VBox([KernelWatch(), self._screen, button])
             self._widget.add_class("ph-prefix-cache-view-widget")
         return self._widget
