@@ -166,3 +166,22 @@ def error_outputs(page) -> list[str]:
         "[data-mime-type='application/vnd.jupyter.stderr']",
         "nodes => nodes.map(n => n.innerText.slice(0, 600))",
     )
+
+
+def solution_snippets(notebook: Path, shortest: int = 12) -> list[str]:
+    """Lines of ``notebook``'s solution and hidden-test regions, long enough to be telling:
+    none of them may appear on a page that an audience or a learner sees."""
+    import nbformat
+
+    snippets = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        inside = False
+        for line in cell.source.splitlines():
+            marker = line.strip()
+            if marker in ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"):
+                inside = True
+            elif marker in ("### END SOLUTION", "### END HIDDEN TESTS"):
+                inside = False
+            elif inside and len(marker) >= shortest and not marker.startswith("#"):
+                snippets.append(marker)
+    return snippets

@@ -99,6 +99,8 @@ class BlockTableView(traitlets.HasTraits):
         copies = find_copies(self._previous_tables, state.tables) if self._previous_tables is not None else []
         self._previous_tables = {label: list(table) for label, table in state.tables.items()}
         self.state = state
+        for label in state.tables:  # colours follow creation, whether or not this state is drawn
+            self.colours(label)
         with self.hold_trait_notifications():
             self.error = ""
             self.num_blocks = state.num_blocks

@@ -359,7 +359,7 @@ class CowDemo(traitlets.HasTraits):
 
     def to_html(self) -> str:
         """The static picture: the last steps and the pool (what an HTML export shows)."""
-        recent = render.message_lines(self.history[-4:])
+        recent = render.message_lines(self.history[-4:], presentation=self.presentation)
         body = render.error_box(self.problem) if self.problem else self.view.picture_html()
         name = self.cache_class.__name__
         title = f'<div style="font-weight:700;font-size:1.2em">Copy-on-write with {name}</div>'
