@@ -584,6 +584,9 @@ def test_story_widget_answers_requests(PagedKVCache):
     widget._handle(widget, {"action": "format the disk", "request": 6}, [])
     assert widget.position == 0 and widget.served == 6  # an unknown request is answered, not run
     assert "ph-story-stage" in widget._esm and "jupyter-widgets-disconnected" in widget._esm
+    bundle = story._repr_mimebundle_()
+    assert {"application/vnd.jupyter.widget-view+json", "text/html", "text/plain"} <= set(bundle)
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == widget.model_id
 
 
 def test_every_live_widget_watches_its_kernel(PagedKVCache, PrefixCache):

@@ -79,19 +79,47 @@ function makeBanner() {
   return banner;
 }
 
-// Calls onGone(true) when JupyterLab marks the widget holding `el` as disconnected (it adds
-// .jupyter-widgets-disconnected when the kernel restarts, dies or is shut down) and
-// onGone(false) when it is connected again. Returns the function that stops watching.
-function watchKernel(el, onGone) {
+// Calls onGone(true) once the kernel behind `model` is gone, and onGone(false) if it comes back.
+// Two signs, because neither is always there: JupyterLab adds .jupyter-widgets-disconnected to
+// an ipywidget whose kernel restarted, died or was shut down (seen on an ancestor of `el` when
+// this view sits inside an ipywidgets box), and the widget manager's kernel connection reports
+// a restart, a death or a lost connection (a restart always loses the kernel's state, so a
+// widget of the old kernel never answers again). Returns the function that stops watching.
+const GONE_STATUSES = ["restarting", "autorestarting", "dead"];
+
+function watchKernel(el, model, onGone) {
   let gone = false;
-  const look = () => {
-    const now = Boolean(el.closest(".jupyter-widgets-disconnected"));
+  let kernelGone = false;
+  const settle = () => {
+    const now = kernelGone || Boolean(el.closest(".jupyter-widgets-disconnected"));
     if (now !== gone) {
       gone = now;
       onGone(gone);
     }
   };
-  const timer = setInterval(look, 400);
-  look();
-  return () => clearInterval(timer);
+  const timer = setInterval(settle, 400);
+  const kernel = model?.widget_manager?.kernel;
+  const onStatus = (_kernel, status) => {
+    if (GONE_STATUSES.includes(status)) kernelGone = true;
+    settle();
+  };
+  const onConnection = (_kernel, status) => {
+    if (status === "disconnected") kernelGone = true;
+    settle();
+  };
+  const onDisposed = () => {
+    kernelGone = true;
+    settle();
+  };
+  kernel?.statusChanged?.connect(onStatus);
+  kernel?.connectionStatusChanged?.connect(onConnection);
+  kernel?.disposed?.connect(onDisposed);
+  if (kernel?.isDisposed || kernel?.status === "dead") kernelGone = true;
+  settle();
+  return () => {
+    clearInterval(timer);
+    kernel?.statusChanged?.disconnect(onStatus);
+    kernel?.connectionStatusChanged?.disconnect(onConnection);
+    kernel?.disposed?.disconnect(onDisposed);
+  };
 }

@@ -20,6 +20,11 @@
   // A click on the right half goes on, on the left half goes back (a mouse as a clicker).
   stage.addEventListener("click", (event) => show(current + (event.clientX > innerWidth / 2 ? 1 : -1)));
   addEventListener("resize", () => fitText(stage, content));
-  const asked = /^#step-(\d+)$/.exec(location.hash);
-  show(asked ? Number(asked[1]) : 0);
+  // #step-N opens step N (a link to one step; reloading keeps the place).
+  const fromHash = () => {
+    const asked = /^#step-(\d+)$/.exec(location.hash);
+    return asked ? Number(asked[1]) : 0;
+  };
+  addEventListener("hashchange", () => show(fromHash()));
+  show(fromHash());
 })();

@@ -136,7 +136,7 @@ function render({ model, el }) {
     if (stage) stage.wasFullscreen = Boolean(document.fullscreenElement);
   };
   document.addEventListener("fullscreenchange", onFullscreen);
-  const stopWatching = watchKernel(el, (gone) => {
+  const stopWatching = watchKernel(el, model, (gone) => {
     kernelGone = gone;
     warn(gone ? KERNEL_GONE : "");
   });
