@@ -32,6 +32,7 @@ function styleStage(node) {
     inset: "0",
     zIndex: "100000",
     overflow: "hidden",
+    outline: "none", // focused for the keys, but a focus ring round the whole screen is noise
     boxSizing: "border-box",
     background: "var(--jp-layout-color0, #ffffff)",
     color: "var(--jp-ui-font-color1, #1f1f1f)",

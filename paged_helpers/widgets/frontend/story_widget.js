@@ -27,8 +27,8 @@ function render({ model, el }) {
   bar.style.marginBottom = "0.4em";
   const back = button("\u25c0 Back", "ph-story-back", "Undo the last step (PageUp)");
   const next = button("Next \u25b6", "ph-story-next", "Run the announced step (PageDown)");
-  const restart = button("\u23ee Start", "ph-story-restart", "Back to the empty cache (Home)");
-  const present = button("\u26f6 Present", "ph-story-present", "Full window for a projector (Esc leaves)");
+  const restart = button("Start again", "ph-story-restart", "Back to the empty cache (Home)");
+  const present = button("Present", "ph-story-present", "Full window for a projector (Esc leaves)");
   bar.append(back, next, restart, present);
   const banner = makeBanner();
   const inline = document.createElement("div");
