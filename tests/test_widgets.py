@@ -614,3 +614,62 @@ def test_prefix_view_labels_tokens_with_token_text(PagedKVCache, PrefixCache):
     assert "5 6 7" in PrefixCacheView(prefix_cache).to_html()  # ids by default
     with pytest.raises(TypeError, match="token_text must be a callable"):
         PrefixCacheView(PrefixCache(cache), token_text="words")
+
+
+# ----- the lecture demo --------------------------------------------------------------------------
+
+DEMO_NOTEBOOK = NOTEBOOKS.parent / "demo" / "copy_on_write.ipynb"
+
+
+def test_presentation_notebook_is_no_assignment_and_shows_no_code():
+    import json
+
+    notebook = json.loads(DEMO_NOTEBOOK.read_text())
+    assert DEMO_NOTEBOOK.parent != NOTEBOOKS  # not an nbgrader assignment, not a checked notebook
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert code and all(cell["metadata"].get("jupyter", {}).get("source_hidden") for cell in code)
+    assert not any("nbgrader" in cell["metadata"] for cell in notebook["cells"])
+    assert not any(cell.get("outputs") or cell.get("execution_count") for cell in code)
+    source = "".join("".join(cell["source"]) for cell in code)
+    for part in ("lectures.load()", "lecture.story()", "lecture.block_tables()", "lecture.prefix_cache()"):
+        assert part in source
+
+
+def test_lecture_loads_a_learners_folder_and_says_what_to_do_otherwise(tmp_path, monkeypatch):
+    import shutil
+
+    from paged_helpers.notebook_loader import NotebookLoadError
+    from paged_helpers.widgets import lecture
+
+    for stem in ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write"):
+        shutil.copy(NOTEBOOKS / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    monkeypatch.setenv(lecture.NOTEBOOK_VARIABLE, str(tmp_path / "04_fork_and_copy_on_write.ipynb"))
+    learners = lecture.load()
+    assert learners.notebook == tmp_path / "04_fork_and_copy_on_write.ipynb"
+    assert learners.PrefixCache is None  # no 05 beside it: the prefix-cache scene says so
+    with pytest.raises(NotebookLoadError, match="the prefix-cache demo needs it"):
+        learners.prefix_cache()
+    story = learners.story()
+    story.go(story.total)
+    assert "04_fork_and_copy_on_write.ipynb" in story.title and "freed C" in story.message
+    assert lecture.load(tmp_path).notebook == learners.notebook  # the folder will do
+    with pytest.raises(NotebookLoadError, match="make demo NOTEBOOK="):
+        lecture.load(tmp_path / "missing.ipynb")
+    monkeypatch.setenv(lecture.NOTEBOOK_VARIABLE, "")
+    assert lecture.load().notebook == NOTEBOOKS / "04_fork_and_copy_on_write.ipynb"  # the default
+
+
+def test_lecture_scenes_show_ten_sequences_compactly(PagedKVCache, PrefixCache, tmp_path, capsys):
+    from paged_helpers.widgets import lecture
+
+    shown = lecture.Lecture(PagedKVCache, PrefixCache, NOTEBOOKS / "04_fork_and_copy_on_write.ipynb")
+    tables = shown.block_tables()
+    assert len(tables.tables) == 10 and tables.drawn_compact and tables.presentation
+    assert len({(tables.colours(s), tables.colours.pattern(s)) for s in tables.tables}) == 10
+    assert tables.problems == []
+    prefix = shown.prefix_cache()
+    assert len(prefix.requests) == 10 and prefix.view.drawn_compact
+    assert [r["reused"] for r in prefix.requests] == [0] + [12] * 9  # the system prompt's 3 blocks
+    assert elements(prefix.to_html(), "ph-free-count")
+    assert lecture.main(["--html", str(tmp_path / "story.html"), "--notebook", str(NOTEBOOKS)]) == 0
+    assert "10 frames" in capsys.readouterr().out and (tmp_path / "story.html").stat().st_size > 10_000

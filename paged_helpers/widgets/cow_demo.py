@@ -79,7 +79,8 @@ class CowDemo(traitlets.HasTraits):
     Traits: ``sequences`` (live names, in creation order), ``selected``, ``history`` (one line
     per step, oldest first), ``message`` (the latest line), ``problem`` (non-empty while the
     class cannot run the demo at all), ``presentation``. ``view`` is the BlockTableView of the
-    cache; its traits hold the pool's state.
+    cache; its traits hold the pool's state. ``upcoming`` is the name the next created or forked
+    sequence will get (a Story announces it before the step).
     """
 
     sequences = traitlets.List()
