@@ -32,12 +32,13 @@ lab: setup
 	cd notebooks && ../$(BIN)/jupyter lab $(LAB_ARGS)
 
 # A fresh copy each time (Lab saves outputs into the notebook it opens); the folder holds
-# nothing but the demo, so nothing else shows in Lab's file browser.
+# nothing but the demo, so nothing else shows in Lab's file browser; demo/jupyter hides
+# nbgrader's menus and panels.
 demo: setup
 	mkdir -p $(DEMO_DIR)
 	cp demo/copy_on_write.ipynb $(DEMO_DIR)/
 	cd $(DEMO_DIR) && PH_DEMO_NOTEBOOK="$(if $(NOTEBOOK),$(abspath $(NOTEBOOK)))" \
-		../$(BIN)/jupyter lab copy_on_write.ipynb $(LAB_ARGS)
+		JUPYTER_CONFIG_PATH="$(CURDIR)/demo/jupyter" ../$(BIN)/jupyter lab copy_on_write.ipynb $(LAB_ARGS)
 
 demo-html: setup
 	mkdir -p $(DEMO_DIR)

@@ -56,8 +56,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyter_lab(folder: Path, state: Path, log: Path, timeout: float = 60) -> Iterator[Lab]:
+def jupyter_lab(
+    folder: Path, state: Path, log: Path, timeout: float = 60, extra_env: dict[str, str] | None = None
+) -> Iterator[Lab]:
     """JupyterLab serving ``folder``; its config, runtime and settings live under ``state``.
+
+    ``extra_env`` is added to the server's environment (for example JUPYTER_CONFIG_PATH, as
+    ``make demo`` sets it).
 
     The server's output goes to ``log`` (never to the test's stderr). It is stopped, with its
     kernels, by its own process group when the block ends.
@@ -84,6 +89,7 @@ def jupyter_lab(folder: Path, state: Path, log: Path, timeout: float = 60) -> It
         **os.environ,
         **{k: str(v) for k, v in dirs.items()},
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        **(extra_env or {}),
     }
     command = [
         sys.executable,

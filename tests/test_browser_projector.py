@@ -32,6 +32,7 @@ SIZES = [(1024, 768), (1280, 720), (1920, 1080)]
 MIN_FONT_PX = 20
 DEMO = ROOT / "demo" / "copy_on_write.ipynb"
 ARTIFACTS = ROOT / ".artifacts" / "browser_projector"
+MAKE_DEMO_ENV = {"JUPYTER_CONFIG_PATH": str(DEMO.parent / "jupyter")}  # as `make demo` starts Lab
 
 # Every element of the stage that is drawn: which lie outside the window, which hold text
 # smaller than the minimum, and the font size the stage chose.
@@ -126,7 +127,7 @@ def test_presentation_notebook_in_jupyterlab(exported, artifacts, tmp_path):
     folder.mkdir()
     shutil.copy(DEMO, folder / DEMO.name)  # Lab saves outputs into what it opens: a copy
     with (
-        jupyter_lab(folder, tmp_path / "jupyter", artifacts / "jupyterlab.log") as lab,
+        jupyter_lab(folder, tmp_path / "jupyter", artifacts / "jupyterlab.log", extra_env=MAKE_DEMO_ENV) as lab,
         chromium_page(*SIZES[0]) as page,
     ):
         lap("lab_started")
@@ -151,6 +152,7 @@ def present_the_story(page, lab, exported_path, total, artifacts, lap) -> None:
     leaked += [s for s in solution_snippets(NOTEBOOKS / "05_prefix_caching.ipynb") if s in page_text]
     assert leaked == [], f"solution text on the page: {leaked[:3]}"
     assert page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor:visible").count() == 0, "code on screen"
+    assert "Nbgrader" not in page.locator("#jp-menu-panel, .lm-MenuBar").first.inner_text()  # no instructor menus
 
     story = page.locator(".ph-story")
     story.wait_for()
