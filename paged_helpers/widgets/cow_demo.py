@@ -16,7 +16,9 @@ NotImplementedError, a write into a shared block without a copy, a copy that los
 values, an old block not released after its copy, a child table that is the parent's list.
 
 Every control is a native button, select or number field, so the demo works from the keyboard
-(Tab to move, Enter or Space to press). Presentation mode enlarges everything for a projector.
+(Tab to move, Enter or Space to press). Presentation mode enlarges everything for a projector
+and draws the pool compactly (blocks in use, and a count of the free ones); for a lecture, the
+``Story`` walks the same demo step by step on a stage fitted to the screen.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class CowDemo(traitlets.HasTraits):
         self.prompt_tokens = prompt_tokens
         self.seed = seed
         self.cache: Any = None
-        self.view = BlockTableView(None, presentation=presentation)
+        self.view = BlockTableView(None, presentation=presentation, compact=presentation or None)
         self._controls: dict[str, Any] = {}
         self._screen: Any = None
         self._widget: Any = None
@@ -355,7 +357,10 @@ class CowDemo(traitlets.HasTraits):
 
     @traitlets.observe("presentation")
     def _presentation_changed(self, change: dict) -> None:
-        self.view.presentation = change["new"]
+        # On a projector the pool shrinks to the blocks in use (and a count of the free ones).
+        with self.view.hold_trait_notifications():
+            self.view.presentation = change["new"]
+            self.view.compact = True if change["new"] else None
         self._redraw()
 
     def to_html(self) -> str:
