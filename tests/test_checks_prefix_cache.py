@@ -116,6 +116,7 @@ WRONG = {
     "evicts_block_in_use": dict(evict=make_evict(only_unused=False)),
     "remember_publishes_partial": dict(remember=make_remember(full_only=False)),
     "no_lru_touch": dict(attach=make_attach(touch=None), remember=make_remember(touch_cached=False)),
+    "attach_never_touches": dict(attach=make_attach(touch=None)),
     "chapter_root_first_order": dict(
         attach=make_attach(touch="root first"), remember=make_remember(order="root first", touch_cached=False)
     ),
@@ -137,6 +138,7 @@ MESSAGES = {
     "evicts_block_in_use": ["in use, so not evictable", "skip blocks that someone else uses"],
     "remember_publishes_partial": ["holds 2 of 4 tokens", "full blocks only"],
     "no_lru_touch": ["least recently used", "move_to_end"],
+    "attach_never_touches": ["undone before prefill", "whether or not the request", "move_to_end(key)"],
     "chapter_root_first_order": ["G's first block, evicted", "now unreachable", "tail"],
     "attach_touches_root_first": [
         "attached and freed again without prefill",

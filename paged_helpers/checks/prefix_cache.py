@@ -11,7 +11,7 @@ check_prefix_cache(PrefixCache, PagedKVCache, seed=0)
     Scenarios: a prompt served twice (the cache's own reference keeps blocks alive; a partial
     block is never published; remembering cached blocks again takes no extra reference); a prompt
     that is entirely cached (one token is always left to prefill); blocks with the same text but
-    different histories; LRU order after a hit; eviction while some cached blocks are in use;
+    different histories; LRU order after a hit (with and without prefill); eviction while some cached blocks are in use;
     partial eviction of a 3-block prompt (served, attached without prefill, served again) and of
     two prompts sharing a root, after which every block the cache still holds must be reachable
     by attach (tails go first, so no entry outlives an earlier block); a gap before a cached
@@ -541,6 +541,35 @@ def _gap_before_a_cached_block(PrefixCache: Any, PagedKVCache: Any, rng: random.
     server.finish()
 
 
+def _hit_without_prefill(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 12, "F then G cached, F attached and undone before prefill, then evict 2"
+    )
+    f, g = _tokens(rng, 9), _tokens(rng, 9)
+    f_blocks = server.serve("f1", f, "F", reused=0)[:2]
+    server.free("f1")
+    server.serve("g1", g, "G", reused=0)
+    server.free("g1")
+    # An engine attaches F, finds no room for the rest and frees it again: attach alone was the hit.
+    server.attach("f2", f, "F", reused=8)
+    server.free("f2")
+    after = server.evict_blocks(2, " after F's hit")
+    for block in f_blocks:
+        server.expect_refcount(
+            block,
+            1,
+            "F's block, hit after G's were cached: still cached",
+            after,
+            Hint(
+                "a hit makes an entry recently used the moment attach finds it, whether or not the request "
+                "goes on to prefill and remember: G's entries were the least recently used",
+                "in attach, entries.move_to_end(key) for every key it hits (tail first, after the walk)",
+            ),
+            EXTRA_REFERENCE_HINT,
+        )
+    server.finish()
+
+
 @check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
 def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
     """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
@@ -550,6 +579,7 @@ def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> No
         _entirely_cached,
         _same_text_other_history,
         _lru_after_hit,
+        _hit_without_prefill,
         _evict_under_pressure,
         _long_prompt_evicted_in_steps,
         _shared_root,
