@@ -6,7 +6,6 @@ Each wrong allocator is a small subclass of the instructor's (notebook 02) that 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 import pytest
@@ -25,10 +24,8 @@ def right():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2026])
-def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
-    start = time.perf_counter()
+def test_the_instructor_solution_passes_silently(right, seed, capsys):
     check_block_allocator(right, seed=seed)
-    assert time.perf_counter() - start < 2
     assert capsys.readouterr().err == ""
 
 

@@ -7,8 +7,6 @@ the way a learner's slip would.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -26,10 +24,8 @@ def right():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2026])
-def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
-    start = time.perf_counter()
+def test_the_instructor_solution_passes_silently(right, seed, capsys):
     check_paged_kv_cache(right, seed=seed)
-    assert time.perf_counter() - start < 10
     assert capsys.readouterr().err == ""
 
 
