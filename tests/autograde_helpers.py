@@ -79,6 +79,8 @@ def _scratch(prefix: str) -> Path:
 def isolated_site() -> Path:
     site = _scratch("graded-site-")
     shutil.copytree(ROOT / "paged_helpers", site / "paged_helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    # The data folder where an installed package keeps it (paged_helpers.course_data.data_dir).
+    shutil.copytree(ROOT / "data", site / "paged_helpers" / "course_data" / "files")
     return site
 
 

@@ -28,6 +28,7 @@ run, see ``second_opinion``) can see and do:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 import shutil
@@ -104,6 +105,24 @@ def python_runtime_dirs() -> list[Path]:
     return sorted(dirs)
 
 
+def course_data_dirs() -> list[Path]:
+    """The package's data folder (checkpoint, vocabulary, traces), as the package itself finds it.
+
+    ``paged_helpers.course_data`` is loaded on its own from its file (it needs only pathlib), so
+    the grader does not import torch to learn where the data is.
+    """
+    module_file = installed_package_dir() / "course_data" / "__init__.py"
+    if not module_file.is_file():
+        return []
+    spec = importlib.util.spec_from_file_location("_paged_course_data_probe", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        return [module.data_dir().resolve()]
+    except FileNotFoundError:
+        return []
+
+
 @dataclass(frozen=True)
 class Submission:
     """Where one student's notebook is graded: ``<root>/autograded/<student>/<assignment>``."""
@@ -155,7 +174,7 @@ def bwrap_args(
         elif link.is_dir():
             args += ["--ro-bind", str(link), str(link)]
     args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
-    for path in [*python_runtime_dirs(), installed_package_dir(), *readable]:
+    for path in [*python_runtime_dirs(), installed_package_dir(), *course_data_dirs(), *readable]:
         args += _ro(path)
     student_dirs = [
         submission.root / "submitted" / submission.student,
