@@ -120,7 +120,35 @@ class _Engine:
         call_learner(f"unlock({what})", self.radix.unlock, node, scenario=self.scenario)
 
     def evict(self, wanted: int) -> None:
+        """evict, then: only unlocked leaves left the tree (a cascade of them), each releasing its blocks."""
+        before = {id(node): (node, path, node.lock_count) for node, path in self.nodes()}
+        refs = list(self.allocator.refs)
         call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=self.scenario)
+        where = f"{self.scenario}, evict({wanted})"
+        remaining = {id(node) for node, _ in self.nodes()}
+        removed = [entry for key, entry in before.items() if key not in remaining]
+        for node, path, locks in removed:
+            if locks:
+                fail(
+                    where,
+                    "every locked node kept: a running request uses it",
+                    f"the node ending after {len(path)} tokens (lock_count {locks}) left the tree",
+                    LOCK_HINT,
+                )
+        dropped = {}
+        for node, _, _ in removed:
+            for block in node.blocks:
+                dropped[block] = dropped.get(block, 0) + 1
+        for node, path, _ in removed:
+            kept = [block for block in node.blocks if refs[block] - self.allocator.refs[block] != dropped[block]]
+            if kept:
+                fail(
+                    where,
+                    f"the blocks of every node that left the tree released once by the cache (the node "
+                    f"ending after {len(path)} tokens: blocks {list(node.blocks)})",
+                    f"block(s) {kept} still hold the cache's reference, though no match can reach them",
+                    LEAF_HINT,
+                )
 
     # --- an engine's request -----------------------------------------------------------------
     def serve(self, request: str, prompt: list[int], name: str, reused: int | None = None) -> list[int]:
@@ -277,6 +305,13 @@ class _Engine:
                     f"it ends after {len(self.path(node, where))} tokens",
                     "a split keeps the node itself as the lower part (it still ends where it did) and "
                     "puts a new node above it, so the handles requests hold stay right",
+                )
+            if id(node) not in {id(other) for other, _ in self.nodes()}:
+                fail(
+                    where,
+                    f"the node request {request!r} locked still in the tree",
+                    "it was removed",
+                    LOCK_HINT,
                 )
             while node is not None:
                 expected[id(node)] = expected.get(id(node), 0) + 1
