@@ -179,7 +179,10 @@ MESSAGES = {
     "unlock_forgets_ancestors": ["lock_count 0", "every ancestor's"],
     "match_does_not_stamp": ["G was the least recently used leaf", "stamp every node on their path"],
     "insert_without_share": ["for the cache", "insert shares (allocator.share) each block"],
-    "insert_ignores_cached_prefix": ["refcount 2 (1 for the cache + 1 request table(s))", "positions already cached keep the cache's blocks"],
+    "insert_ignores_cached_prefix": [
+        "refcount 2 (1 for the cache + 1 request table(s))",
+        "positions already cached keep the cache's blocks",
+    ],
 }
 
 

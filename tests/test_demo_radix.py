@@ -94,7 +94,7 @@ def test_chat_prompts_extend_the_previous_turn():
     chats = workloads.multi_turn_chats(conversations=3, turns=4, seed=5)
     assert chats == workloads.multi_turn_chats(conversations=3, turns=4, seed=5)
     for conversation in chats.turns:
-        for earlier, later in zip(conversation, conversation[1:]):
+        for earlier, later in zip(conversation, conversation[1:], strict=False):
             assert later[: len(earlier)] == earlier and len(later) > len(earlier)
     assert chats.requests == 12
 

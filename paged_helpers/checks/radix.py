@@ -91,7 +91,9 @@ class _Engine:
         got = call_learner(f"match({what})", self.radix.match, list(tokens), scenario=self.scenario)
         where = f"{self.scenario}, match({what})"
         if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], list)):
-            fail(where, "a pair (node, list of blocks)", repr(got), "return the node where the match ends and its blocks")
+            fail(
+                where, "a pair (node, list of blocks)", repr(got), "return the node where the match ends and its blocks"
+            )
         node, blocks = got
         reused = len(blocks) * BLOCK
         path = self.path(node, where)
@@ -127,7 +129,7 @@ class _Engine:
         where = f"{self.scenario}, evict({wanted})"
         remaining = {id(node) for node, _ in self.nodes()}
         removed = [entry for key, entry in before.items() if key not in remaining]
-        for node, path, locks in removed:
+        for _, path, locks in removed:
             if locks:
                 fail(
                     where,
@@ -171,7 +173,9 @@ class _Engine:
             table.append(self.allocate(name))
             self.holds[table[-1]] = tuple(prompt[: (index + 1) * BLOCK])  # the prefill writes this block
         self.tables[request] = table
-        new = call_learner(f"insert({name}, table)", self.radix.insert, list(prompt), list(table), scenario=self.scenario)
+        new = call_learner(
+            f"insert({name}, table)", self.radix.insert, list(prompt), list(table), scenario=self.scenario
+        )
         self.names.setdefault(tuple(prompt[: len(prompt) // BLOCK * BLOCK]), name)
         full = tuple(prompt[: len(prompt) // BLOCK * BLOCK])
         where = f"{self.scenario}, insert({name}, table)"
@@ -257,7 +261,7 @@ class _Engine:
                 fail(
                     where,
                     f"every edge a whole number of blocks of {BLOCK} tokens, one block per {BLOCK} tokens",
-                    f"the node ending after {len(path)} tokens holds {len(node.tokens)} tokens and blocks {node.blocks}",
+                    f"the node ending after {len(path)} tokens holds {len(node.tokens)} tokens, blocks {node.blocks}",
                     SPLIT_KEEPS_HINT,
                 )
             start = len(path) - len(node.tokens)
@@ -292,7 +296,12 @@ class _Engine:
                 fail(where, f"block {block}: refcount {expected} ({who})", f"refcount {got}", hint)
         expected_free = sum(1 for block in range(self.num_blocks) if not self.allocator.refs[block])
         if self.allocator.num_free != expected_free:
-            fail(where, f"{expected_free} free blocks", f"{self.allocator.num_free}", "release blocks through the allocator")
+            fail(
+                where,
+                f"{expected_free} free blocks",
+                f"{self.allocator.num_free}",
+                "release blocks through the allocator",
+            )
         self.verify_locks(where)
 
     def verify_locks(self, where: str) -> None:
@@ -359,7 +368,11 @@ def _every_prefix(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> N
             reference.setdefault(tuple(prompt[: (index + 1) * BLOCK]), table[index])
         engine.finish(f"r{name}")
     probes = [(f"{name}[:{cut}]", prompt[:cut]) for name, prompt in sequences.items() for cut in range(len(prompt) + 1)]
-    probes += [(f"{name}[:{cut}] + other tokens", prompt[:cut] + _tokens(rng, 6)) for name, prompt in sequences.items() for cut in (4, 6, 8, 12)]
+    probes += [
+        (f"{name}[:{cut}] + other tokens", prompt[:cut] + _tokens(rng, 6))
+        for name, prompt in sequences.items()
+        for cut in (4, 6, 8, 12)
+    ]
     for what, probe in probes:
         _, blocks = engine.match(probe, what)
         expected = []
@@ -370,7 +383,9 @@ def _every_prefix(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> N
                 f"{engine.scenario}, match({what})",
                 f"the longest cached run of whole blocks: {len(expected) * BLOCK} tokens, blocks {expected}",
                 f"{len(blocks) * BLOCK} tokens, blocks {blocks}",
-                SPLIT_HINT if len(blocks) > len(expected) else "keep walking while the next whole block equals the edge's",
+                SPLIT_HINT
+                if len(blocks) > len(expected)
+                else "keep walking while the next whole block equals the edge's",
             )
         engine.verify(f"{engine.scenario}, after match({what})")
     for name, prompt in sequences.items():  # after all those splits, each sequence still finds its blocks
@@ -408,7 +423,12 @@ def _locks(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> None:
     where = f"{engine.scenario}, evict({engine.num_blocks}) while P runs"
     engine.verify(where)
     if engine.allocator.num_free != engine.num_blocks - 3:
-        fail(where, f"{engine.num_blocks - 3} free blocks: Q's 2 evicted, P's 3 kept", f"{engine.allocator.num_free}", LOCK_HINT)
+        fail(
+            where,
+            f"{engine.num_blocks - 3} free blocks: Q's 2 evicted, P's 3 kept",
+            f"{engine.allocator.num_free}",
+            LOCK_HINT,
+        )
     engine.serve("p2", p, "P again (while P runs)", reused=12)
     engine.finish("p")
     engine.finish("p2")
@@ -437,13 +457,21 @@ def _lru_leaves(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> Non
     where = f"{engine.scenario}, evict({free + 2})"
     engine.verify(where)
     if engine.allocator.num_free != free + 2:
-        fail(where, f"{free + 2} free blocks: one leaf of 2 blocks evicted", f"{engine.allocator.num_free}",
-             "evict stops as soon as allocator.num_free >= blocks_wanted")
+        fail(
+            where,
+            f"{free + 2} free blocks: one leaf of 2 blocks evicted",
+            f"{engine.allocator.num_free}",
+            "evict stops as soon as allocator.num_free >= blocks_wanted",
+        )
     for name, prompt, cached in (("G", g, 0), ("F", f, 8), ("H", h, 8)):
         _, blocks = engine.match(prompt, name)
         if len(blocks) * BLOCK != cached:
-            fail(where, f"{name}: {cached} tokens still cached (G was the least recently used leaf)",
-                 f"{len(blocks) * BLOCK}", LRU_HINT)
+            fail(
+                where,
+                f"{name}: {cached} tokens still cached (G was the least recently used leaf)",
+                f"{len(blocks) * BLOCK}",
+                LRU_HINT,
+            )
     engine.drain()
 
     engine = _Engine(RadixCache, BlockAllocator, 8, "X cached, then X + Y (X becomes an inner node), evict 1 block")
@@ -458,7 +486,12 @@ def _lru_leaves(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> Non
     engine.verify(where)
     _, blocks = engine.match(x + y, "X + Y")
     if len(blocks) != 1:
-        fail(where, "X + Y matching 4 tokens: the leaf Y evicted, the inner node X kept", f"{len(blocks) * BLOCK} tokens", LEAF_HINT)
+        fail(
+            where,
+            "X + Y matching 4 tokens: the leaf Y evicted, the inner node X kept",
+            f"{len(blocks) * BLOCK} tokens",
+            LEAF_HINT,
+        )
     engine.drain()
 
 
@@ -537,8 +570,12 @@ def check_cache_aware_order(cache_aware_order: Any) -> None:
         arguments = (list(waiting), dict(cached), dict(waited), max_wait)
         got = call_learner(f"cache_aware_order(...) with {what}", cache_aware_order, *arguments, scenario=what)
         if not isinstance(got, list) or sorted(map(str, got)) != sorted(waiting):
-            fail(what, f"a list of every waiting request, once each: {sorted(waiting)}", repr(got),
-                 "return the ids of waiting, reordered, none dropped or repeated")
+            fail(
+                what,
+                f"a list of every waiting request, once each: {sorted(waiting)}",
+                repr(got),
+                "return the ids of waiting, reordered, none dropped or repeated",
+            )
         if got != expected:
             fail(
                 f"{what}: waiting {waiting}, cached tokens {cached}, rounds waited {waited}, max_wait {max_wait}",

@@ -239,7 +239,11 @@ def compare(
 
 def load_classes(args: argparse.Namespace) -> dict[str, Any]:
     classes = dict(
-        zip(("RadixCache", "cache_aware_order"), load_impl(args, "10_radix_cache", ["RadixCache", "cache_aware_order"]), strict=True)
+        zip(
+            ("RadixCache", "cache_aware_order"),
+            load_impl(args, "10_radix_cache", ["RadixCache", "cache_aware_order"]),
+            strict=True,
+        )
     )
     classes["PrefixCache"] = load_impl(args, "05_prefix_caching", "PrefixCache")
     classes["PagedKVCache"] = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")
@@ -247,7 +251,10 @@ def load_classes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(runs: list[ServerRun]) -> str:
-    lines = [f"{'cache':<6} {'order':<12} {'hit rate':>8} {'prefill tokens':>14} {'tokens/s':>9} {'rounds':>6} {'longest wait':>12}"]
+    lines = [
+        f"{'cache':<6} {'order':<12} {'hit rate':>8} {'prefill tokens':>14} {'tokens/s':>9} "
+        f"{'rounds':>6} {'longest wait':>12}"
+    ]
     for run in runs:
         lines.append(
             f"{run.cache_kind:<6} {run.order:<12} {run.hit_rate:>8.3f} {run.prefill_tokens:>14d} "
@@ -276,9 +283,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workload = multi_turn_chats(args.conversations, args.turns, seed=args.seed)
     model = None if args.no_model else tiny_qwen3(args.seed, device="cpu")
     runs = compare(classes, workload, args.blocks, args.block_size, args.batch, args.max_wait, model)
-    print(f"workload: multi-turn chats {workload.parameters}; {workload.requests} requests, "
-          f"{workload.prompt_tokens} prompt tokens; {args.blocks} blocks of {args.block_size}, batch {args.batch}, "
-          f"max_wait {args.max_wait}")
+    print(
+        f"workload: multi-turn chats {workload.parameters}; {workload.requests} requests, "
+        f"{workload.prompt_tokens} prompt tokens; {args.blocks} blocks of {args.block_size}, batch {args.batch}, "
+        f"max_wait {args.max_wait}"
+    )
     print(table(runs))
     if args.plot:
         from ..plots import radix_tree

@@ -69,8 +69,15 @@ def draw_tree(radix: Any, shown_tokens: int = 4, title: str = "radix cache"):
             axes.plot([x, cx], [y, cy], color="#7f8c8d", zorder=1)
             stack.append(child)
         if node is radix.root:
-            axes.text(x, y, "root", ha="center", va="center", zorder=2,
-                      bbox={"boxstyle": "circle", "facecolor": "white", "edgecolor": "#7f8c8d"})
+            axes.text(
+                x,
+                y,
+                "root",
+                ha="center",
+                va="center",
+                zorder=2,
+                bbox={"boxstyle": "circle", "facecolor": "white", "edgecolor": "#7f8c8d"},
+            )
             continue
         axes.text(
             x,
@@ -117,8 +124,15 @@ def plot_hit_rates(budgets: Sequence[int], rates: dict[str, Sequence[float]], pa
     axes.set_ylim(0, 1)
     axes.set_title("Multi-turn chats: hit rate against cache budget")
     if parameters:
-        axes.text(0.99, 0.02, ", ".join(f"{k} {v}" for k, v in parameters.items() if k != "vocab_size"),
-                  transform=axes.transAxes, ha="right", fontsize=6, color="#555")
+        axes.text(
+            0.99,
+            0.02,
+            ", ".join(f"{k} {v}" for k, v in parameters.items() if k != "vocab_size"),
+            transform=axes.transAxes,
+            ha="right",
+            fontsize=6,
+            color="#555",
+        )
     axes.grid(True, alpha=0.3)
     axes.legend()
     figure.tight_layout()
