@@ -107,3 +107,34 @@ def test_few_shot_and_document_prompts_share_what_they_should():
     assert all(prompt[:64] == documents[0][:64] for prompt in documents)
     with pytest.raises(ValueError, match="shots"):
         workloads.few_shot_prompts(examples=2, shots=3)
+
+
+def test_reused_blocks_give_from_scratch_logits(classes):
+    """A chat's later turns reuse the tree's blocks on the tiny Qwen3 and still match a fresh run."""
+    import torch
+
+    from paged_helpers.model import tiny_qwen3
+
+    model = tiny_qwen3(0, device="cpu")
+    config = model.config
+    cache = classes["PagedKVCache"](
+        layers=config.num_hidden_layers,
+        num_blocks=24,
+        block_size=4,
+        kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+    )
+    server = radix_demo.RadixServer(classes["RadixCache"], cache)
+    chat = workloads.multi_turn_chats(1, 3, 8, (3, 6), (4, 8), config.vocab_size, seed=1).turns[0]
+    reused_counts = []
+    for turn, prompt in enumerate(chat):
+        seq = f"turn{turn}"
+        reused = server.start(seq, prompt)
+        reused_counts.append(reused)
+        cache.set_batch([seq])
+        with torch.no_grad():
+            last = model(torch.tensor([prompt[reused:]]), torch.arange(reused, len(prompt)), cache=cache)[0, -1]
+        server.prefilled(seq, prompt)
+        torch.testing.assert_close(last, model.logits_from_scratch([prompt])[0][-1], atol=1e-4, rtol=1e-4)
+        server.finish(seq)
+    assert reused_counts[0] == 0 and all(count >= 8 for count in reused_counts[1:])

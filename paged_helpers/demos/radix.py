@@ -43,6 +43,7 @@ class ServerRun:
     rounds: int = 0
     seconds: float = 0.0
     longest_wait: int = 0  # rounds, over all requests
+    with_model: bool = False  # False: bookkeeping only, so seconds say nothing about prefill
     order_served: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
     @property
@@ -78,8 +79,15 @@ class _FlatServer:
         self.cache.free(seq)
 
 
-class _RadixServer:
-    """Notebook 10's RadixCache on the same allocator: match, lock, share, reserve, insert."""
+class RadixServer:
+    """Notebook 10's RadixCache on a PagedKVCache's own allocator: one request's engine steps.
+
+    ``start(seq, prompt)``: match all but the last prompt token (it must be prefilled), lock the
+    node, create seq with the matched blocks shared into its table, reserve the rest (evicting
+    when short); returns the tokens reused, or None if the pool cannot hold the request.
+    After the forward pass, ``prefilled(seq, prompt)`` inserts the prompt's whole blocks and moves
+    the lock to the new node; ``finish(seq)`` unlocks and frees seq.
+    """
 
     def __init__(self, RadixCache: Any, cache: Any) -> None:
         self.cache = cache
@@ -185,6 +193,7 @@ def serve_chats(
             server.finish(seq)
         round_number += 1
     run.rounds = round_number
+    run.with_model = prefill is not None
     run.seconds = time.perf_counter() - started
     return run
 
@@ -227,8 +236,8 @@ def compare(
     prefill = model_prefill(model) if model is not None else None
     setups = [
         ("flat", FCFS, lambda cache: _FlatServer(classes["PrefixCache"], cache), None),
-        ("radix", FCFS, lambda cache: _RadixServer(classes["RadixCache"], cache), None),
-        ("radix", CACHE_AWARE, lambda cache: _RadixServer(classes["RadixCache"], cache), classes["cache_aware_order"]),
+        ("radix", FCFS, lambda cache: RadixServer(classes["RadixCache"], cache), None),
+        ("radix", CACHE_AWARE, lambda cache: RadixServer(classes["RadixCache"], cache), classes["cache_aware_order"]),
     ]
     runs = []
     for kind, order_name, make, order in setups:
@@ -251,14 +260,17 @@ def load_classes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(runs: list[ServerRun]) -> str:
+    """One line per server; tokens/s only when the model's prefill was timed."""
+    timed = all(run.with_model for run in runs)
+    speed = f" {'tokens/s':>9}" if timed else ""
     lines = [
-        f"{'cache':<6} {'order':<12} {'hit rate':>8} {'prefill tokens':>14} {'tokens/s':>9} "
-        f"{'rounds':>6} {'longest wait':>12}"
+        f"{'cache':<6} {'order':<12} {'hit rate':>8} {'prefill tokens':>14}{speed} {'rounds':>6} {'longest wait':>12}"
     ]
     for run in runs:
+        speed = f" {run.tokens_per_s:>9.0f}" if timed else ""
         lines.append(
-            f"{run.cache_kind:<6} {run.order:<12} {run.hit_rate:>8.3f} {run.prefill_tokens:>14d} "
-            f"{run.tokens_per_s:>9.0f} {run.rounds:>6d} {run.longest_wait:>12d}"
+            f"{run.cache_kind:<6} {run.order:<12} {run.hit_rate:>8.3f} {run.prefill_tokens:>14d}{speed} "
+            f"{run.rounds:>6d} {run.longest_wait:>12d}"
         )
     return "\n".join(lines)
 
