@@ -173,6 +173,7 @@ class ChatWorkload:
 
     turns: list[list[list[int]]] = field(repr=False)
     parameters: dict
+    name: str = "multi_turn_chats"  # the generator that made it
 
     @property
     def requests(self) -> int:

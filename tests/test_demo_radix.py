@@ -138,3 +138,12 @@ def test_reused_blocks_give_from_scratch_logits(classes):
         torch.testing.assert_close(last, model.logits_from_scratch([prompt])[0][-1], atol=1e-4, rtol=1e-4)
         server.finish(seq)
     assert reused_counts[0] == 0 and all(count >= 8 for count in reused_counts[1:])
+
+
+@pytest.mark.parametrize("workload", ["few-shot", "document"])
+def test_run_radix_on_single_turn_workloads(capsys, workload):
+    argv = ["radix", "--workload", workload, "--conversations", "4", "--turns", "2", "--blocks", "40", "--no-model"]
+    assert run.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["requests"] == 8 and result["workload"] in ("few_shot_prompts", "document_questions")
+    assert result["radix_hit_rate"] > 0 and result["timed"] == "bookkeeping only"

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workloads import ChatWorkload, multi_turn_chats
+from ..workloads import ChatWorkload, document_questions, few_shot_prompts, multi_turn_chats
 from .implementation import add_impl_argument, load_impl
 
 FCFS = "fcfs"
@@ -275,7 +275,34 @@ def table(runs: list[ServerRun]) -> str:
     return "\n".join(lines)
 
 
+def single_turn(name: str, prompts: list[list[int]], parameters: dict) -> ChatWorkload:
+    """Independent prompts as one-turn conversations: every request waits from round 0."""
+    return ChatWorkload([[prompt] for prompt in prompts], parameters, name)
+
+
+WORKLOADS = {
+    "chats": lambda args: multi_turn_chats(args.conversations, args.turns, seed=args.seed),
+    "few-shot": lambda args: single_turn(
+        "few_shot_prompts",
+        few_shot_prompts(count=args.conversations * args.turns, seed=args.seed),
+        {"count": args.conversations * args.turns, "seed": args.seed, "defaults": "few_shot_prompts"},
+    ),
+    "document": lambda args: single_turn(
+        "document_questions",
+        document_questions(questions=args.conversations * args.turns, seed=args.seed),
+        {"questions": args.conversations * args.turns, "seed": args.seed, "defaults": "document_questions"},
+    ),
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="chats",
+        help="chats: multi-turn chats (default); few-shot: shared examples in different orders; "
+        "document: one document, many questions (single-turn prompts, all waiting at round 0)",
+    )
     parser.add_argument("--conversations", type=int, default=12, help="chats (default 12)")
     parser.add_argument("--turns", type=int, default=6, help="turns per chat (default 6)")
     parser.add_argument("--blocks", type=int, default=64, help="block budget of every server (default 64)")
@@ -292,11 +319,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..model import tiny_qwen3
 
     classes = load_classes(args)
-    workload = multi_turn_chats(args.conversations, args.turns, seed=args.seed)
+    workload = WORKLOADS[args.workload](args)
     model = None if args.no_model else tiny_qwen3(args.seed, device="cpu")
     runs = compare(classes, workload, args.blocks, args.block_size, args.batch, args.max_wait, model)
     print(
-        f"workload: multi-turn chats {workload.parameters}; {workload.requests} requests, "
+        f"workload: {workload.name} {workload.parameters}; {workload.requests} requests, "
         f"{workload.prompt_tokens} prompt tokens; {args.blocks} blocks of {args.block_size}, batch {args.batch}, "
         f"max_wait {args.max_wait}"
     )
@@ -309,7 +336,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"hit rate against block budget: {args.plot}")
     flat, radix_fcfs, radix_aware = runs
     return {
-        "workload": "multi_turn_chats",
+        "workload": workload.name,
         "parameters": workload.parameters,
         "requests": workload.requests,
         "prompt_tokens": workload.prompt_tokens,
