@@ -218,12 +218,17 @@ def compare(
     batch: int = 4,
     max_wait: int = 4,
     model: Any = None,
+    repeats: int = 1,
 ) -> list[ServerRun]:
     """flat + FCFS, radix + FCFS, radix + cache-aware on one workload and one block budget.
 
     ``classes``: the learner's PagedKVCache, PrefixCache, RadixCache and cache_aware_order.
-    ``model``: the tiny Qwen3 to prefill with (timed), or None for the caches' bookkeeping only.
+    ``model``: the Qwen3 to prefill with (timed), or None for the caches' bookkeeping only.
+    ``repeats``: the three servers run this many times, interleaved, and each keeps its fastest
+    time (on a shared machine noise only ever adds time); the counts are the same every time.
     """
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     if model is None:
         shape = {"layers": 1, "kv_heads": 1, "head_dim": 1}
     else:
@@ -239,11 +244,16 @@ def compare(
         ("radix", FCFS, lambda cache: RadixServer(classes["RadixCache"], cache), None),
         ("radix", CACHE_AWARE, lambda cache: RadixServer(classes["RadixCache"], cache), classes["cache_aware_order"]),
     ]
-    runs = []
-    for kind, order_name, make, order in setups:
-        cache = classes["PagedKVCache"](num_blocks=num_blocks, block_size=block_size, **shape)
-        runs.append(serve_chats(workload, make(cache), ServerRun(kind, order_name), batch, order, max_wait, prefill))
-    return runs
+    best: list[ServerRun] = []
+    for _ in range(repeats):
+        for index, (kind, order_name, make, order) in enumerate(setups):
+            cache = classes["PagedKVCache"](num_blocks=num_blocks, block_size=block_size, **shape)
+            run = serve_chats(workload, make(cache), ServerRun(kind, order_name), batch, order, max_wait, prefill)
+            if len(best) <= index:
+                best.append(run)
+            elif run.seconds < best[index].seconds:
+                best[index] = run
+    return best
 
 
 def load_classes(args: argparse.Namespace) -> dict[str, Any]:
@@ -295,6 +305,28 @@ WORKLOADS = {
 }
 
 
+MODELS = {
+    "tiny": {},
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 32,
+    },
+}
+
+
+def load_model(name: str, seed: int) -> Any:
+    """The Qwen3 the timed prefills run on: the course's tiny one, or a larger random one."""
+    from ..model import random_qwen3, tiny_config, tiny_qwen3
+
+    if name == "tiny":
+        return tiny_qwen3(seed, device="cpu")
+    return random_qwen3(seed, tiny_config(**MODELS[name]))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload",
@@ -311,17 +343,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-wait", type=int, default=4, help="rounds before a request jumps the queue (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="workload and model seed (default 0)")
     parser.add_argument("--no-model", action="store_true", help="skip the model's prefill (bookkeeping only)")
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="tiny",
+        help="tiny: the course's Qwen3 (hidden 64, 2 layers; per-call overhead dominates its prefill time); "
+        "small: random weights, hidden 256, 4 layers (prefill time grows with the tokens)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per server, fastest kept (default 3)")
     parser.add_argument("--plot", metavar="PNG", help="also sweep the block budget and save hit rate against it")
     add_impl_argument(parser)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..model import tiny_qwen3
-
     classes = load_classes(args)
     workload = WORKLOADS[args.workload](args)
-    model = None if args.no_model else tiny_qwen3(args.seed, device="cpu")
-    runs = compare(classes, workload, args.blocks, args.block_size, args.batch, args.max_wait, model)
+    model = None if args.no_model else load_model(args.model, args.seed)
+    repeats = 1 if args.no_model else args.repeats
+    runs = compare(classes, workload, args.blocks, args.block_size, args.batch, args.max_wait, model, repeats)
     print(
         f"workload: {workload.name} {workload.parameters}; {workload.requests} requests, "
         f"{workload.prompt_tokens} prompt tokens; {args.blocks} blocks of {args.block_size}, batch {args.batch}, "
@@ -353,7 +392,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "fcfs_tokens_per_s": round(radix_fcfs.tokens_per_s, 1),
         "cache_aware_tokens_per_s": round(radix_aware.tokens_per_s, 1),
         "cache_aware_longest_wait": radix_aware.longest_wait,
-        "timed": "bookkeeping only" if model is None else "scheduling + cache bookkeeping + tiny Qwen3 prefill (CPU)",
+        "model": None if model is None else args.model,
+        "repeats": repeats,
+        "timed": "bookkeeping only"
+        if model is None
+        else f"scheduling + cache bookkeeping + Qwen3 ({args.model}) prefill on the CPU, fastest of {repeats}",
     }
 
 
