@@ -41,7 +41,8 @@ def test_radix_is_a_discovered_demo():
 
 def test_run_radix_small_with_the_model(capsys, tmp_path):
     plot = tmp_path / "hit_rate.png"
-    argv = ["radix", "--conversations", "4", "--turns", "3", "--blocks", "24", "--batch", "2", "--plot", str(plot)]
+    argv = ["radix", "--conversations", "4", "--turns", "3", "--blocks", "24", "--batch", "2", "--repeats", "1"]
+    argv += ["--plot", str(plot)]
     assert run.main(argv) == 0
     out = capsys.readouterr()
     assert out.err == ""
