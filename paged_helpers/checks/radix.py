@@ -90,11 +90,11 @@ class _Engine:
     def match(self, tokens: list[int], what: str) -> tuple[Any, list[int]]:
         got = call_learner(f"match({what})", self.radix.match, list(tokens), scenario=self.scenario)
         where = f"{self.scenario}, match({what})"
-        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], list)):
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], (list, tuple))):
             fail(
                 where, "a pair (node, list of blocks)", repr(got), "return the node where the match ends and its blocks"
             )
-        node, blocks = got
+        node, blocks = got[0], list(got[1])
         reused = len(blocks) * BLOCK
         path = self.path(node, where)
         if path != tuple(tokens[:reused]):
