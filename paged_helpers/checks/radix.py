@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .report import call_learner, check, fail
+from .report import call_learner, ceil_div, check, fail
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
 
@@ -66,10 +66,6 @@ LRU_HINT = (
 
 def _tokens(rng: random.Random, count: int) -> list[int]:
     return [rng.randrange(VOCAB) for _ in range(count)]
-
-
-def _blocks_of(length: int) -> int:
-    return -(-length // BLOCK)
 
 
 class _Engine:
@@ -169,7 +165,7 @@ class _Engine:
         for block in blocks:
             self.allocator.share(block)
             table.append(block)
-        for index in range(len(blocks), _blocks_of(len(prompt))):
+        for index in range(len(blocks), ceil_div(len(prompt), BLOCK)):
             table.append(self.allocate(name))
             self.holds[table[-1]] = tuple(prompt[: (index + 1) * BLOCK])  # the prefill writes this block
         self.tables[request] = table
