@@ -15,6 +15,10 @@ if str(HERE) not in sys.path:
 
 c = get_config()  # noqa: F821  (provided by traitlets when it runs this file)
 
+from paged_grading.speed import cache_schema_version_lookup  # noqa: E402
+
+cache_schema_version_lookup()  # nbgrader would otherwise run `alembic heads` each time it opens the gradebook
+
 c.CourseDirectory.course_id = "paged-attention"
 
 # --- executing submissions -------------------------------------------------------------------

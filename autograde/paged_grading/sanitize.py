@@ -147,16 +147,14 @@ def match_cells(released: list, submitted: list) -> dict[int, int]:
 class MatchLostMetadata(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
-        with Gradebook(ids["db_url"]) as gradebook:
-            known = {c.name for c in gradebook.find_notebook(ids["notebook"], ids["assignment"]).source_cells}
+        release = Path.cwd() / "release" / ids["assignment"] / f"{ids['notebook']}.ipynb"
+        if not release.exists():
+            return nb, resources  # nothing to match against; RestoreCellRoles and nbgrader decide
+        released = nbformat.read(release, as_version=4).cells
+        known = {c.metadata.get("nbgrader", {}).get("grade_id") for c in released} - {None}
         carried = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
         if carried & known:
             return nb, resources
-        release = Path.cwd() / "release" / ids["assignment"] / f"{ids['notebook']}.ipynb"
-        if not release.exists():
-            self._log(ids, f"no nbgrader metadata and no release notebook at {release}: graded as it is")
-            return nb, resources
-        released = nbformat.read(release, as_version=4).cells
         matched = match_cells(released, nb.cells)
         cells, placed = [], set()
         for r, cell in enumerate(released):
