@@ -166,8 +166,9 @@ def _grade_one_student(root: Path, student: str, assignments: list[str], whole_c
     logs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     code = 0
+    submitted = [a for a in assignments if (root / "submitted" / student / a).is_dir()]
     with open(logs / f"{student}.log", "w", encoding="utf-8") as log:
-        for assignment in ["*"] if whole_course else assignments:
+        for assignment in ["*"] if whole_course else submitted:
             code |= nbgrader(root, "autograde", assignment, "--force", f"--student={student}", check=False, log=log)
     return student, code, time.perf_counter() - start
 
@@ -289,9 +290,16 @@ def cmd_report(args) -> int:
     out.mkdir(exist_ok=True)
     url = coursedb.db_url(args.root)
     nbgrader(args.root, "export", f"--to={out / 'grades.csv'}")
-    missing = ungraded(args.root, _students(args.root), _released(args.root))
+    students, assignments = _students(args.root), _released(args.root)
+    missing = ungraded(args.root, students, assignments)
     _report_ungraded(args.root, missing)
-    report.mark_ungraded(out / "grades.csv", missing)
+    status = {
+        (student, assignment): report.GRADED
+        for student in students
+        for assignment in assignments
+        if (args.root / "autograded" / student / assignment / f"{assignment}.ipynb").exists()
+    }
+    report.add_status(out / "grades.csv", {**status, **{key: report.NOT_GRADED for key in missing}})
     paths = report.write_report(url, out)
     rates = report.pass_rates(report.autograded_scores(url))
     print(f"{'assignment':28} {'check':36} pass rate")
