@@ -125,6 +125,9 @@ def graded(tmp_path_factory):
         _write(folder, "marker", {A1: _with_marker_comment(instructor(A1), _solution_id(A1)), A2: instructor(A2)})
         _write(folder, "bigfiles", {A2: insert_cell_after(instructor(A2), "test_block_allocator", WRITE_BIG_FILE)})
         _write(folder, "sleepy", {A2: insert_cell_after(instructor(A2), _solution_id(A2), SLEEP)})
+        tagged = released(A2)
+        tagged.cells[cell_of(tagged, "test_block_allocator")].metadata["tags"] = ["skip-execution", "skip-autograde"]
+        _write(folder, "tagger", {A2: tagged})
         collected = course(root, "collect", str(folder))
         jobs = ["--jobs", "2"] if server else []
         grade = course(root, "grade", A1, A2, *jobs, check=False)
@@ -244,6 +247,11 @@ def test_a_timeout_names_the_cell_and_how_long(graded):
     messages = [o.evalue for c in notebook.cells for o in c.get("outputs", []) if o.output_type == "error"]
     timeout = next(m for m in messages if "was stopped after" in m)
     assert "time.sleep(600)" in timeout and f"the limit is {TIMEOUT} s per cell" in timeout, messages
+
+
+def test_a_skip_tag_on_a_test_cell_does_not_skip_it(graded):
+    # a blank notebook whose test cell carries nbclient's and the course's skip tags: still run, 0 points
+    assert _checks(graded["root"])[("tagger", A2)] == 0
 
 
 def test_grades_csv_says_what_each_row_is(graded):

@@ -16,6 +16,7 @@ import pytest
 from nbformat.notebooknode import NotebookNode
 
 from autograde_helpers import (
+    NOTEBOOKS,
     collect,
     coursedb,
     feedback_files,
@@ -121,6 +122,14 @@ def test_a_solution_cell_is_found_by_the_names_it_defines():
     pasted.cells.insert(index, nbformat.v4.new_code_cell("scratch = [1, 2, 3]"))
     matched = sanitize.match_cells(release.cells, pasted.cells)
     assert "class BlockAllocator" in pasted.cells[matched[solution]].source
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_only_ordinary_cells_are_tagged_skip_autograde(path):
+    for cell in nbformat.read(path, as_version=4).cells:
+        if sanitize.SKIP_TAG in cell.metadata.get("tags", []):
+            meta = cell.metadata.get("nbgrader", {})
+            assert cell.cell_type == "code" and not (meta.get("grade") or meta.get("solution")), cell.source[:80]
 
 
 def test_marker_words_in_a_students_cell_are_defused_not_in_test_cells():
