@@ -178,11 +178,11 @@ def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_
     url = coursedb.db_url(args.root)
     if not coursedb.allows_concurrent_writers(url):
         raise SystemExit(
-            f"--jobs {args.jobs} needs a gradebook that takes concurrent writers, and {url} is SQLite. "
+            f"--jobs {args.jobs} needs a gradebook that takes concurrent writers, and {coursedb.shown(url)} is SQLite. "
             'Set c.CourseDirectory.db_url = "postgresql://USER@HOST/DB" in nbgrader_config.py '
             "(see autograde/README.md), or grade with --jobs 1."
         )
-    print(f"grading {len(students)} student(s) with {args.jobs} workers into {url}", flush=True)
+    print(f"grading {len(students)} student(s) with {args.jobs} workers into {coursedb.shown(url)}", flush=True)
     failed = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         runs = [pool.submit(_grade_one_student, args.root, s, assignments, whole_course) for s in students]

@@ -30,3 +30,10 @@ def db_url(root: Path) -> str:
 def allows_concurrent_writers(url: str) -> bool:
     """SQLite serialises writers and times out under several grading processes; servers do not."""
     return not url.startswith("sqlite")
+
+
+def shown(url: str) -> str:
+    """The URL for logs and messages, without a password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
