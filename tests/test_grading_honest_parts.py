@@ -132,6 +132,11 @@ def test_only_ordinary_cells_are_tagged_skip_autograde(path):
             assert cell.cell_type == "code" and not (meta.get("grade") or meta.get("solution")), cell.source[:80]
 
 
+def test_a_notebook_unlike_the_release_matches_nothing():
+    unrelated = [nbformat.v4.new_code_cell("print('my allocator is in another file')")]
+    assert sanitize.match_cells(instructor(A2).cells, unrelated) == {}
+
+
 def test_marker_words_in_a_students_cell_are_defused_not_in_test_cells():
     student = nbformat.v4.new_code_cell("x = 1  # ### BEGIN HIDDEN TESTS")
     test = nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\ncheck()\n### END HIDDEN TESTS")

@@ -102,8 +102,8 @@ def match_cells(released: list, submitted: list) -> dict[int, int]:
 
     Locked cells (instructions, tests) match a submitted cell with the same text, in order.
     A solution cell matches one of the submitted code cells between the matches of the locked
-    cells around it: the one defining a name the release's cell defines, else the only one,
-    else the most similar text.
+    cells around it: the one defining a name the release's cell defines, else (only when some
+    locked cell matched, so that positions mean something) the only one, else the most similar.
     """
     matched: dict[int, int] = {}
     used: set[int] = set()
@@ -118,6 +118,7 @@ def match_cells(released: list, submitted: list) -> dict[int, int]:
                 matched[r], cursor = s, s + 1
                 used.add(s)
                 break
+    anchored = bool(matched)
     for r, cell in enumerate(released):
         if not cell.metadata.get("nbgrader", {}).get("solution"):
             continue
@@ -132,6 +133,8 @@ def match_cells(released: list, submitted: list) -> dict[int, int]:
         by_name = [s for s in candidates if names & _defined_names(submitted[s].source)]
         if by_name:
             choice = by_name[0]
+        elif not anchored:
+            continue  # nothing else in the notebook looks like the release: position means nothing
         elif len(candidates) == 1:
             choice = candidates[0]
         else:
