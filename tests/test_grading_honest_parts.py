@@ -49,6 +49,15 @@ def test_two_names_that_clean_up_the_same_get_two_ids():
     assert roster.renamed() == {"Anna Lee": "Anna_Lee", "Anna_Lee": second}
 
 
+def test_a_name_that_already_is_an_id_keeps_it(tmp_path):
+    for name in ("Anna Lee", "Anna_Lee"):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / f"{A2}.ipynb").write_text(_notebook(f"# {name}"))
+    result = collect.collect_folders(tmp_path / "class", tmp_path / "submitted", {A2})
+    assert result.renamed["Anna Lee"].startswith("Anna_Lee-") and "Anna_Lee" not in result.renamed
+    assert "# Anna_Lee" in (tmp_path / "submitted" / "Anna_Lee" / A2 / f"{A2}.ipynb").read_text()
+
+
 def _notebook(text: str) -> str:
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(text)]

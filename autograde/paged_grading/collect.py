@@ -82,11 +82,17 @@ class Roster:
     """Raw names seen in one collection and the distinct ids they were given.
 
     Two different raw names that ``student_id`` maps to the same id ("Anna Lee", "Anna_Lee")
-    would overwrite each other's submissions; the second one gets ``<id>-<hash of its name>``.
+    would overwrite each other's submissions; the second one gets ``<id>-<hash of its name>``
+    (``claim`` lets a name that already is a valid id keep it, whatever the order).
     """
 
     ids: dict[str, str] = field(default_factory=dict)  # raw name -> id
     owners: dict[str, str] = field(default_factory=dict)  # id -> raw name
+
+    def claim(self, raws: list[str]) -> None:
+        """Register names that already are valid ids first, so that they keep them unchanged."""
+        for raw in sorted(raws, key=lambda name: student_id(name) != unicodedata.normalize("NFC", name.strip())):
+            self.id_for(raw)
 
     def id_for(self, raw: str) -> str:
         raw = unicodedata.normalize("NFC", raw.strip())
@@ -176,7 +182,9 @@ def collect_folders(
     roster = roster if roster is not None else Roster()
     result = Collected()
     candidates = []
-    for student_dir in sorted(p for p in source.iterdir() if p.is_dir()):
+    student_dirs = sorted(p for p in source.iterdir() if p.is_dir())
+    roster.claim([p.name for p in student_dirs])
+    for student_dir in student_dirs:
         student = roster.id_for(student_dir.name)
         for notebook in sorted(student_dir.rglob("*.ipynb")):
             if ".ipynb_checkpoints" in notebook.parts:
