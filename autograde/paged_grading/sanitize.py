@@ -76,7 +76,6 @@ class RestoreCellRoles(NbGraderPreprocessor):
         return nb, resources
 
 
-
 def _normal(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
