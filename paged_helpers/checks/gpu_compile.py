@@ -1,0 +1,318 @@
+"""Compile the learner's Triton kernels for CUDA GPUs, on any machine, and explain what fails.
+
+Triton's interpreter (the CPU path) accepts kernels that a GPU rejects: a ``tl.dot`` whose inner
+dimension is under the tensor cores' minimum, for example, passes every CPU check and fails on
+the first GPU. Triton can compile for a GPU without one (its bundled ptxas builds the cubin), so
+the kernel checks also compile the learner's kernels for sm_80 (A100) and sm_90 (H100, H200):
+
+1. **capture**: the learner's launcher is called on inputs of the shapes the GPU path uses, with
+   every ``kernel[grid](...)`` recorded instead of run (in a forked child, like every learner
+   call; see ``isolated``). A record holds the kernel's source, with the globals it uses, and
+   its arguments as types (a tensor becomes a pointer to its dtype) and values;
+2. **compile**: a separate Python process without ``TRITON_INTERPRET`` (one process can't be
+   both) binds those arguments with Triton's own binder and compiles (``_gpu_compile_worker``);
+3. **explain**: a compile error becomes a learner's message; registers and spills come back
+   as facts, and spills are printed as advice (a slow kernel is not a wrong one).
+
+Results are cached in this process per (kernel source, arguments, target), and Triton's disk
+cache keeps compiled kernels between processes, so a second run of a check costs little.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "TARGETS",
+    "CompileResult",
+    "Launch",
+    "capture_launches",
+    "compile_launches",
+    "explain_failure",
+]
+
+# Compute capabilities compiled for: sm_80 (A100, the oldest GPU with bfloat16 tensor cores)
+# and sm_90 (H100/H200, the GPUs the benchmark's numbers are quoted for).
+TARGETS: tuple[int, ...] = (80, 90)
+
+# Seconds the compiling process may take in all (a kernel that compiles for minutes is reported).
+COMPILE_TIME_LIMIT_S = 240.0
+
+_WORKER = Path(__file__).with_name("_gpu_compile_worker.py")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded ``kernel[grid](*args, **kwargs)``: enough to compile it in another process."""
+
+    kernel: str  # the kernel's name
+    module_source: str  # Python source defining the kernel and every global it reads
+    args: tuple  # descriptors: {"tensor": dtype name} or {"value": number, bool, str or None}
+    kwargs: tuple  # (name, descriptor) pairs, sorted
+
+    def with_dtype(self, old: str, new: str) -> Launch:
+        """The same launch with every ``old`` tensor made a ``new`` one (float16 -> bfloat16)."""
+
+        def swap(d: dict) -> dict:
+            return {"tensor": new} if d.get("tensor") == old else d
+
+        return Launch(
+            self.kernel,
+            self.module_source,
+            tuple(swap(d) for d in self.args),
+            tuple((name, swap(d)) for name, d in self.kwargs),
+        )
+
+    def constexpr_values(self) -> dict:
+        """Keyword arguments that are plain values (the constexprs: D, BLOCK, TILE, num_warps)."""
+        return {name: d["value"] for name, d in self.kwargs if "value" in d}
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    launch: Launch
+    target: int
+    ok: bool
+    seconds: float
+    registers: int | None = None
+    spill_bytes: int | None = None
+    num_warps: int | None = None
+    error: str = ""
+    dot: dict | None = None  # the tl.dot that broke the target's minimum shape, if one did
+
+
+# --------------------------------------------------------------------------- capture
+
+
+def _describe(value: object) -> dict:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {"tensor": str(value.dtype).removeprefix("torch.")}
+    if hasattr(value, "value") and type(value).__name__ == "constexpr":
+        value = value.value
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return {"value": value}
+    raise TypeError(f"a kernel argument of type {type(value).__name__} can't be compiled for a GPU here")
+
+
+def _raw_function(kernel: object) -> types.FunctionType:
+    """The Python function behind a @triton.jit object (interpreted or compiled)."""
+    return kernel.fn  # both InterpretedFunction and JITFunction keep it there
+
+
+def _is_jit(value: object) -> bool:
+    return hasattr(value, "fn") and type(value).__name__ in ("JITFunction", "InterpretedFunction")
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def _global_line(name: str, value: object) -> str | None:
+    """A line of source that recreates global ``name``, or None when it is not data a kernel can use."""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+        return f"import {module} as {name}" if "." in module or module != name else f"import {module}"
+    if type(value).__name__ == "constexpr" and hasattr(value, "value"):
+        return f"{name} = __import__('triton.language', fromlist=['constexpr']).constexpr({value.value!r})"
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return f"{name} = {value!r}"
+    return None
+
+
+def bundle_source(kernel: object) -> str:
+    """Python source defining ``kernel`` and everything it reads: modules, constants, other
+    @triton.jit functions (recursively), in an order that runs. Raises OSError without source."""
+    lines: list[str] = []
+    functions: list[str] = []
+    seen: set[str] = set()
+
+    def visit(jit: object) -> None:
+        fn = _raw_function(jit)
+        if fn.__name__ in seen:
+            return
+        seen.add(fn.__name__)
+        for name in sorted(_names_used(fn.__code__)):
+            if name not in fn.__globals__ or name == fn.__name__:
+                continue
+            value = fn.__globals__[name]
+            if _is_jit(value):
+                visit(value)
+                continue
+            line = _global_line(name, value)
+            if line is not None and line not in lines:
+                lines.append(line)
+        functions.append(textwrap.dedent(inspect.getsource(fn)))
+
+    visit(kernel)
+    header = ["import triton", "import triton.language as tl"]
+    return "\n".join([*header, *lines, "", *functions]) + "\n"
+
+
+def capture_launches(launcher: Callable, args: tuple) -> list[Launch]:
+    """Call ``launcher(*args)`` with every Triton launch recorded and skipped, and return the records.
+
+    The launcher's own Python runs (validation, allocation, merging); its kernels don't, so the
+    inputs can have GPU shapes on a CPU and the output is meaningless.
+    """
+    from triton.runtime import jit
+
+    launches: list[Launch] = []
+    original = jit.KernelInterface.__getitem__
+
+    def recording(kernel, grid):
+        def launch(*launch_args, **launch_kwargs):
+            launches.append(
+                Launch(
+                    kernel=_raw_function(kernel).__name__,
+                    module_source=bundle_source(kernel),
+                    args=tuple(_describe(a) for a in launch_args),
+                    kwargs=tuple(sorted((k, _describe(v)) for k, v in launch_kwargs.items())),
+                )
+            )
+
+        return launch
+
+    jit.KernelInterface.__getitem__ = recording
+    try:
+        launcher(*args)
+    finally:
+        jit.KernelInterface.__getitem__ = original
+    return launches
+
+
+# --------------------------------------------------------------------------- compile
+
+_CACHE: dict[str, CompileResult] = {}
+
+
+def _key(launch: Launch, target: int) -> str:
+    text = json.dumps([launch.module_source, launch.kernel, launch.args, launch.kwargs, target], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _module_id(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def compile_launches(launches: list[Launch], targets: tuple[int, ...] = TARGETS) -> list[CompileResult]:
+    """Compile each launch for each target (in a separate process), cached; one result per pair."""
+    wanted = [(launch, target) for launch in launches for target in targets]
+    missing = {_key(launch, target): (launch, target) for launch, target in wanted if _key(launch, target) not in _CACHE}
+    if missing:
+        for key, result in _run_worker(missing).items():
+            if result.error != _WORKER_TIMEOUT:
+                _CACHE[key] = result
+            else:
+                _CACHE.setdefault(key, result)
+    return [_CACHE[_key(launch, target)] for launch, target in wanted]
+
+
+_WORKER_TIMEOUT = "the compiler did not finish in time"
+
+
+def _run_worker(jobs: dict[str, tuple[Launch, int]]) -> dict[str, CompileResult]:
+    modules = {_module_id(launch.module_source): launch.module_source for launch, _ in jobs.values()}
+    request = {
+        "modules": modules,
+        "jobs": [
+            {
+                "key": key,
+                "module": _module_id(launch.module_source),
+                "kernel": launch.kernel,
+                "target": target,
+                "args": list(launch.args),
+                "kwargs": dict(launch.kwargs),
+            }
+            for key, (launch, target) in jobs.items()
+        ],
+    }
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    environment.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(_WORKER)],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=COMPILE_TIME_LIMIT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {key: CompileResult(launch, target, False, COMPILE_TIME_LIMIT_S, error=_WORKER_TIMEOUT)
+                for key, (launch, target) in jobs.items()}
+    try:
+        answers = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise RuntimeError(f"the GPU compile process failed (exit {done.returncode}):\n{tail}") from None
+    results = {}
+    for answer in answers:
+        launch, target = jobs[answer["key"]]
+        results[answer["key"]] = CompileResult(
+            launch=launch,
+            target=target,
+            ok=answer["ok"],
+            seconds=answer["seconds"],
+            registers=answer.get("registers"),
+            spill_bytes=answer.get("spill_bytes"),
+            num_warps=answer.get("num_warps"),
+            error=answer.get("error", ""),
+            dot=answer.get("dot"),
+        )
+    return results
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def _shape_words(launch: Launch) -> str:
+    values = launch.constexpr_values()
+    return ", ".join(f"{name}={value}" for name, value in values.items()) or "its arguments"
+
+
+def explain_failure(result: CompileResult) -> str:
+    """What went wrong compiling for ``result.target``, in the learner's terms (one paragraph)."""
+    where = f"{result.launch.kernel} compiled for a GPU (sm_{result.target}) with {_shape_words(result.launch)}"
+    if result.error == _WORKER_TIMEOUT:
+        return (
+            f"{where} did not finish compiling within {COMPILE_TIME_LIMIT_S:g} s. hint: a tile of "
+            "[rows, keys, head_dim] products held at once (a 3-D broadcast) is large at real shapes; "
+            "keep two dimensions per product, or use smaller tiles."
+        )
+    if result.dot is not None:
+        (m, k), (_, n) = result.dot["lhs"][-2:], result.dot["rhs"][-2:]
+        low_m, low_n, low_k = result.dot["minimum"]
+        dtype = result.dot["dtype"]
+        return (
+            f"{where}: this tl.dot is {m} x {k} times {k} x {n} (M x K times K x N) in {dtype}; on a GPU, "
+            f"Triton needs M >= {low_m}, N >= {low_n} and the inner dimension K >= {low_k} for {dtype} "
+            "operands (tensor cores multiply tiles of at least that size). Triton's interpreter on the "
+            "CPU does not check this, so the kernel passed there. hint: use tl.dot only where the inner "
+            "dimension is large enough at every shape the course runs (blocks of 2 and 4 tokens are "
+            "among them), or compute that product with a broadcast and tl.sum."
+        )
+    first_line = result.error.strip().splitlines()[0] if result.error.strip() else "an unknown error"
+    detail = _last_lines(result.error)
+    return f"{where} fails to compile: {first_line}\n{detail}"
+
+
+def _last_lines(text: str, count: int = 8) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join("    " + line for line in lines[-count:])
