@@ -57,26 +57,40 @@ def _argument(descriptor: dict):
 
 
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+).*?LOCAL:(\d+)")
+_SPILLS = re.compile(r"(\d+) bytes spill stores")
 
 
-def _resources(cubin: bytes) -> tuple[int | None, int | None]:
-    """(registers per thread, bytes of stack and local memory per thread) from cuobjdump.
+def _run_tool(command: list[str]) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return done.stdout + done.stderr
 
-    A Triton kernel keeps nothing on the stack unless registers run out, so those bytes are spills.
+
+def _resources(compiled, capability: int) -> tuple[int | None, int | None]:
+    """(registers per thread, bytes of register spills per thread) of a compiled kernel.
+
+    cuobjdump reads both off the cubin (no recompiling, so it works on Triton's cache hits);
+    its stack figure also counts a stack frame without spills, so only when it is not zero is
+    ptxas run again, verbosely, for the exact spill stores.
     """
     from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
-        handle.write(cubin)
-        handle.flush()
-        listing = subprocess.run(
-            [knobs.nvidia.cuobjdump.path, "--dump-resource-usage", handle.name],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-    found = _RESOURCES.search(listing)
-    return (int(found.group(1)), int(found.group(2)) + int(found.group(3))) if found else (None, None)
+    with tempfile.TemporaryDirectory() as folder:
+        cubin, ptx = os.path.join(folder, "k.cubin"), os.path.join(folder, "k.ptx")
+        with open(cubin, "wb") as handle:
+            handle.write(compiled.asm["cubin"])
+        found = _RESOURCES.search(_run_tool([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", cubin]))
+        if not found:
+            return None, None
+        registers, stack = int(found.group(1)), int(found.group(2)) + int(found.group(3))
+        if not stack:
+            return registers, 0
+        with open(ptx, "w") as handle:
+            handle.write(compiled.asm["ptx"])
+        arch = sm_arch_from_capability(capability)
+        log = _run_tool([get_ptxas(capability).path, "-v", f"--gpu-name={arch}", ptx, "-o", cubin + ".2"])
+        spills = _SPILLS.search(log)
+        return registers, int(spills.group(1)) if spills else stack
 
 
 def _compile(job: dict, modules: dict, dot_seen: list) -> dict:
@@ -98,7 +112,7 @@ def _compile(job: dict, modules: dict, dot_seen: list) -> dict:
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
-    registers, spills = _resources(compiled.asm["cubin"])
+    registers, spills = _resources(compiled, int(job["target"]))
     return {"registers": registers, "spill_bytes": spills, "num_warps": compiled.metadata.num_warps}
 
 

@@ -213,13 +213,11 @@ def _module_id(source: str) -> str:
 def compile_launches(launches: list[Launch], targets: tuple[int, ...] = TARGETS) -> list[CompileResult]:
     """Compile each launch for each target (in a separate process), cached; one result per pair."""
     wanted = [(launch, target) for launch in launches for target in targets]
-    missing = {_key(launch, target): (launch, target) for launch, target in wanted if _key(launch, target) not in _CACHE}
+    missing = {
+        _key(launch, target): (launch, target) for launch, target in wanted if _key(launch, target) not in _CACHE
+    }
     if missing:
-        for key, result in _run_worker(missing).items():
-            if result.error != _WORKER_TIMEOUT:
-                _CACHE[key] = result
-            else:
-                _CACHE.setdefault(key, result)
+        _CACHE.update(_run_worker(missing))  # a timeout is cached too: it would time out again
     return [_CACHE[_key(launch, target)] for launch, target in wanted]
 
 
@@ -255,8 +253,10 @@ def _run_worker(jobs: dict[str, tuple[Launch, int]]) -> dict[str, CompileResult]
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return {key: CompileResult(launch, target, False, COMPILE_TIME_LIMIT_S, error=_WORKER_TIMEOUT)
-                for key, (launch, target) in jobs.items()}
+        return {
+            key: CompileResult(launch, target, False, COMPILE_TIME_LIMIT_S, error=_WORKER_TIMEOUT)
+            for key, (launch, target) in jobs.items()
+        }
     try:
         answers = json.loads(done.stdout)
     except json.JSONDecodeError:

@@ -16,7 +16,11 @@ import torch
 from ..device import DEVICE
 
 __all__ = [
+    "BENCHMARK_DECODE_CASE",
     "DECODE_CASES",
+    "GPU_COMPILE_DECODE_CASES",
+    "GPU_COMPILE_PREFILL_CASES",
+    "GPU_COMPILE_SPLIT_K_CASES",
     "SPLIT_K_CASES",
     "PREFILL_CASES",
     "DecodeCase",
@@ -61,9 +65,7 @@ class DecodeInputs:
         return (self.q, self.k_pool, self.v_pool, self.block_tables, self.lengths, self.block_size)
 
 
-def _scrambled_pool(
-    blocks_used: int, kv_heads: int, block_size: int, head_dim: int, generator: torch.Generator
-):
+def _scrambled_pool(blocks_used: int, kv_heads: int, block_size: int, head_dim: int, generator: torch.Generator):
     """Random K and V everywhere (stale data in unused slots too) and a random order of block ids."""
     num_blocks = blocks_used + _SPARE_BLOCKS
     shape = (num_blocks, kv_heads, block_size, head_dim)
@@ -77,18 +79,14 @@ def _scrambled_pool(
 def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> DecodeInputs:
     generator = torch.Generator().manual_seed(1000 + case.seed + 7919 * seed)
     per_sequence = [-(-length // case.block_size) for length in case.lengths]
-    k_pool, v_pool, order = _scrambled_pool(
-        sum(per_sequence), case.kv_heads, case.block_size, case.head_dim, generator
-    )
+    k_pool, v_pool, order = _scrambled_pool(sum(per_sequence), case.kv_heads, case.block_size, case.head_dim, generator)
     width = max(per_sequence) + case.table_padding
     tables = torch.zeros((len(case.lengths), width), dtype=torch.int32)
     used = 0
     for row, count in enumerate(per_sequence):
         tables[row, :count] = order[used : used + count].to(torch.int32)
         used += count
-    q = torch.randn(
-        (len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64
-    )
+    q = torch.randn((len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
     q = q * case.score_scale
     return DecodeInputs(
         q=q.to(dtype).to(DEVICE),
@@ -281,8 +279,7 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
         seed=1,
     ),
     PrefillCase(
-        "a history that ends mid-block: 5 tokens cached, 9 new ones starting mid-block, blocks of 4, "
-        "group size 2",
+        "a history that ends mid-block: 5 tokens cached, 9 new ones starting mid-block, blocks of 4, group size 2",
         start=5,
         new_tokens=9,
         block_size=4,
@@ -323,3 +320,34 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
         seed=5,
     ),
 )
+
+
+# --------------------------------------------------------------------------- GPU compile shapes
+
+
+def _extremes(cases: tuple) -> tuple:
+    """The case with the smallest block and the one with the smallest head_dim (deduplicated):
+    the tiles where a GPU's minimum shapes bite first."""
+    picked = [
+        min(cases, key=lambda c: (c.block_size, c.head_dim)),
+        min(cases, key=lambda c: (c.head_dim, c.block_size)),
+    ]
+    return tuple(dict.fromkeys(picked))
+
+
+# One decode step of one layer of a Qwen3-8B-like model at the benchmark's largest block: the
+# largest tile the GPU path runs (most registers per thread).
+BENCHMARK_DECODE_CASE = DecodeCase(
+    "the benchmark's shape: 32 query heads, 8 KV heads, head_dim 128, blocks of 128",
+    lengths=(129,),
+    block_size=128,
+    q_heads=32,
+    kv_heads=8,
+    head_dim=128,
+)
+
+# What the kernel checks compile for CUDA targets: the smallest check tiles (a GPU runs the
+# same checks) and, for decode, the benchmark's largest tile.
+GPU_COMPILE_DECODE_CASES: tuple[DecodeCase, ...] = (*_extremes(DECODE_CASES), BENCHMARK_DECODE_CASE)
+GPU_COMPILE_SPLIT_K_CASES: tuple[DecodeCase, ...] = _extremes(SPLIT_K_CASES)
+GPU_COMPILE_PREFILL_CASES: tuple[PrefillCase, ...] = _extremes(PREFILL_CASES)

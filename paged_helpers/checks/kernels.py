@@ -10,6 +10,10 @@ When an answer is wrong, the check recomputes the scenario as a few classic bugs
 1/sqrt(head_dim), an online softmax that never rescales, a causal mask off by one) and, if
 the learner's output matches one of them, names that bug.
 
+Once every scenario passes, the kernels are also compiled for CUDA GPUs (sm_80, sm_90) at the
+shapes the GPU path runs (``gpu_compile``): what a GPU's compiler rejects fails the check with
+the reason in the learner's terms, and register spills are printed as advice.
+
 With Triton's interpreter the learner's launcher runs in a forked child (see ``isolated``):
 a segfault or a hang becomes a message, and the notebook's kernel survives. Sizes keep every
 scenario near 100 program-iterations or fewer (about 2.8 ms each in the interpreter).
@@ -24,10 +28,14 @@ import torch
 
 from ..device import DEVICE
 from ..reference import paged_decode_reference, paged_prefill_reference
+from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compile_launches, explain_failure
 from .isolated import Outcome, run_isolated
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .kernel_scenarios import (
     DECODE_CASES,
+    GPU_COMPILE_DECODE_CASES,
+    GPU_COMPILE_PREFILL_CASES,
+    GPU_COMPILE_SPLIT_K_CASES,
     PREFILL_CASES,
     SPLIT_K_CASES,
     DecodeCase,
@@ -128,9 +136,7 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
     """Run the launcher (in a child process under the interpreter); turn every failure into a message."""
     outcome: Outcome = run_isolated(_watched(launcher), args, TIME_LIMIT_S)
     printed = (
-        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}"
-        if outcome.printed.strip()
-        else ""
+        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}" if outcome.printed.strip() else ""
     )
     if outcome.kind == "crashed":
         where = _crash_report(outcome.printed)
@@ -255,6 +261,65 @@ def _expect_rejected(what: str, launcher: Callable, args: tuple, scenario: str, 
     )
 
 
+# --------------------------------------------------------------------------- compiling for GPUs
+
+# Float16 on the way in (the interpreter has no bfloat16); compiled as bfloat16, the GPU's default.
+_CAPTURE_DTYPE, _GPU_DTYPE = torch.float16, "bfloat16"
+
+
+def _capture(what: str, launcher: Callable, args: tuple, scenario: str) -> list[Launch] | None:
+    """The launches ``launcher`` makes on ``args`` (nothing runs); None when they can't be read."""
+    outcome = run_isolated(lambda *a: capture_launches(launcher, a), args, TIME_LIMIT_S)
+    if outcome.kind == "returned":
+        return outcome.value
+    if outcome.kind == "raised" and outcome.error_type in ("OSError", "TypeError"):
+        # No source to read (a kernel built by exec) or an argument a compiler can't take: the
+        # GPU compile is advice here, not a verdict.
+        print(f"note: {what} could not be compiled for a GPU here ({outcome.error_message})")
+        return None
+    raise CheckFailed(
+        f"{scenario}: {what} failed when called at a GPU shape ({outcome.kind}: {outcome.error_type} "
+        f"{outcome.error_message}).\n  hint: the launcher must work for any block size and head_dim that "
+        "are powers of two, not only the small ones of the CPU scenarios."
+    )
+
+
+def _spill_advice(result: CompileResult) -> str:
+    shape = ", ".join(f"{k}={v}" for k, v in result.launch.constexpr_values().items())
+    return (
+        f"advice: {result.launch.kernel} ({shape}) on sm_{result.target} uses {result.registers} registers "
+        f"per thread and spills {result.spill_bytes} bytes to local memory: on a GPU it will be slower "
+        "than it could be. Pass num_warps=8 in the launch for large tiles (more threads share the tile), "
+        "or hold fewer values per program."
+    )
+
+
+def _check_gpu_compile(what: str, launcher: Callable, cases: tuple, make_args: Callable) -> None:
+    """Compile the learner's kernels for every target at ``cases`` (see the module docstring)."""
+    launches: list[Launch] = []
+    for case in cases:
+        captured = _capture(what, launcher, make_args(case), f"{case.scenario} [compiled for a GPU]")
+        if captured is None:
+            return
+        launches += [launch.with_dtype(str(_CAPTURE_DTYPE).removeprefix("torch."), _GPU_DTYPE) for launch in captured]
+    try:
+        results = compile_launches(launches, TARGETS)
+    except RuntimeError as error:  # the compiler's toolchain, not the learner's kernel
+        print(f"note: the GPU compile could not run here: {str(error).splitlines()[0]}")
+        return
+    for result in results:
+        if not result.ok:
+            fail(
+                f"{what}, compiled for a GPU (sm_{result.target}, {_GPU_DTYPE})",
+                "a kernel that also compiles for CUDA GPUs (the course runs unchanged on one)",
+                "a compile error",
+                explain_failure(result),
+            )
+    for result in results:
+        if result.spill_bytes:
+            print(_spill_advice(result))
+
+
 # --------------------------------------------------------------------------- the checks
 
 _DECODE_HINT = (
@@ -282,9 +347,7 @@ def _dtype_hint(dtype: torch.dtype) -> str:
     )
 
 
-def _check_decode_cases(
-    what: str, launcher: Callable, cases: tuple[DecodeCase, ...], seed: int, split: bool
-) -> None:
+def _check_decode_cases(what: str, launcher: Callable, cases: tuple[DecodeCase, ...], seed: int, split: bool) -> None:
     for case, dtype in _plan(cases):
         inputs = decode_inputs(case, dtype, seed)
         args = inputs.args() + ((case.splits,) if split else ())
@@ -350,6 +413,12 @@ def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
     what = "paged_decode_attention"
     _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
     _rejects_baddecode_inputs(what, paged_decode_attention, ())
+    _check_gpu_compile(
+        what,
+        paged_decode_attention,
+        GPU_COMPILE_DECODE_CASES,
+        lambda case: decode_inputs(case, _CAPTURE_DTYPE).args(),
+    )
 
 
 @check(notebook="07_paged_decode_kernel", builds="split_k_decode_attention", graded=False)
@@ -358,6 +427,12 @@ def check_split_k_decode(split_k_decode_attention: Callable, seed: int = 0) -> N
     what = "split_k_decode_attention"
     _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
     _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
+    _check_gpu_compile(
+        what,
+        split_k_decode_attention,
+        GPU_COMPILE_SPLIT_K_CASES,
+        lambda case: decode_inputs(case, _CAPTURE_DTYPE).args() + (case.splits,),
+    )
 
 
 _PREFILL_HINT = (
@@ -389,13 +464,17 @@ def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> Non
             _PREFILL_HINT + _dtype_hint(dtype),
             _PREFILL_AXES,
         )
-    q, k_pool, v_pool, table, start, block_size = prefill_inputs(
-        PREFILL_CASES[1], _dtypes_to_check()[0]
-    ).args()
+    q, k_pool, v_pool, table, start, block_size = prefill_inputs(PREFILL_CASES[1], _dtypes_to_check()[0]).args()
     _expect_rejected(
         what,
         paged_prefill_attention,
         (q, k_pool, v_pool, table[:2].clone(), start, block_size),
         "a block table too short for start + new tokens (blocks not reserved)",
         "block_table",
+    )
+    _check_gpu_compile(
+        what,
+        paged_prefill_attention,
+        GPU_COMPILE_PREFILL_CASES,
+        lambda case: prefill_inputs(case, _CAPTURE_DTYPE).args(),
     )
