@@ -21,6 +21,7 @@ __all__ = [
     "GPU_COMPILE_DECODE_CASES",
     "GPU_COMPILE_PREFILL_CASES",
     "GPU_COMPILE_SPLIT_K_CASES",
+    "NEGATIVE_SCORE",
     "SPLIT_K_CASES",
     "PREFILL_CASES",
     "DecodeCase",
@@ -50,6 +51,7 @@ class DecodeCase:
     score_scale: float = 1.0  # multiplies q: large values make a sharply peaked softmax
     splits: int = 1  # only for the split-K check
     seed: int = 0
+    negative_scores: bool = False  # every score near -150 (see _push_scores_down)
 
 
 @dataclass
@@ -76,6 +78,22 @@ def _scrambled_pool(blocks_used: int, kv_heads: int, block_size: int, head_dim: 
     return k_pool, v_pool, order
 
 
+# How far below zero the scores of a negative_scores case sit: exp(-150) underflows to 0 in float32
+# (anything below about -104 does), so a running max that starts at 0 instead of -inf sums zeros.
+NEGATIVE_SCORE = -150.0
+
+
+def _push_scores_down(q: torch.Tensor, k_pool: torch.Tensor) -> None:
+    """Make every score q . k / sqrt(head_dim) about NEGATIVE_SCORE (+- 15), in place.
+
+    Every key (stale slots too) gets +10 in dimension 0 and every query -(15 sqrt(head_dim))
+    there: the product dominates the random rest, and the scores still differ from key to key.
+    """
+    head_dim = q.shape[-1]
+    k_pool[..., 0] += 10.0
+    q[..., 0] = NEGATIVE_SCORE / 10.0 * head_dim**0.5
+
+
 def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> DecodeInputs:
     generator = torch.Generator().manual_seed(1000 + case.seed + 7919 * seed)
     per_sequence = [-(-length // case.block_size) for length in case.lengths]
@@ -88,6 +106,8 @@ def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> Decode
         used += count
     q = torch.randn((len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
     q = q * case.score_scale
+    if case.negative_scores:
+        _push_scores_down(q, k_pool)
     return DecodeInputs(
         q=q.to(dtype).to(DEVICE),
         k_pool=k_pool.to(dtype).to(DEVICE),
@@ -155,6 +175,16 @@ DECODE_CASES: tuple[DecodeCase, ...] = (
         head_dim=8,
         seed=5,
     ),
+    DecodeCase(
+        "every score far below zero (about -150): sequences of 5 and 12 tokens, blocks of 4",
+        lengths=(5, 12),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=7,
+        negative_scores=True,
+    ),
 )
 
 SPLIT_K_CASES: tuple[DecodeCase, ...] = (
@@ -209,6 +239,17 @@ SPLIT_K_CASES: tuple[DecodeCase, ...] = (
         splits=3,
         seed=4,
     ),
+    DecodeCase(
+        "2 splits with every score far below zero (about -150): sequences of 5 and 12 tokens, blocks of 4",
+        lengths=(5, 12),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        splits=2,
+        seed=7,
+        negative_scores=True,
+    ),
 )
 
 
@@ -226,6 +267,7 @@ class PrefillCase:
     table_padding: int = 1
     score_scale: float = 1.0
     seed: int = 0
+    negative_scores: bool = False  # every score near -150 (see _push_scores_down)
 
 
 @dataclass
@@ -248,6 +290,8 @@ def prefill_inputs(case: PrefillCase, dtype: torch.dtype, seed: int = 0) -> Pref
     table = torch.zeros(blocks + case.table_padding, dtype=torch.int32)
     table[:blocks] = order.to(torch.int32)
     q = torch.randn((case.new_tokens, case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
+    if case.negative_scores:
+        _push_scores_down(q, k_pool)
     return PrefillInputs(
         q=(q * case.score_scale).to(dtype).to(DEVICE),
         k_pool=k_pool.to(dtype).to(DEVICE),
@@ -318,6 +362,17 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
         head_dim=16,
         score_scale=100.0,
         seed=5,
+    ),
+    PrefillCase(
+        "every score far below zero (about -150): 3 cached tokens, 6 new, blocks of 4",
+        start=3,
+        new_tokens=6,
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=6,
+        negative_scores=True,
     ),
 )
 

@@ -29,6 +29,7 @@ import torch
 from ..device import DEVICE
 from ..reference import paged_decode_reference, paged_prefill_reference
 from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compile_launches, explain_failure
+from .guard_bands import SENTINEL, guarded_allocations
 from .isolated import Outcome, run_isolated
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .kernel_scenarios import (
@@ -36,6 +37,7 @@ from .kernel_scenarios import (
     GPU_COMPILE_DECODE_CASES,
     GPU_COMPILE_PREFILL_CASES,
     GPU_COMPILE_SPLIT_K_CASES,
+    NEGATIVE_SCORE,
     PREFILL_CASES,
     SPLIT_K_CASES,
     DecodeCase,
@@ -98,10 +100,12 @@ def _crash_report(printed: str) -> str:
 
 
 def _watched(launcher: Callable) -> Callable:
-    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs.
+    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs,
+    with guard bands around every tensor it allocates (see ``guard_bands``).
 
-    Returns (result, launches, reference_calls). The counters are patched in only for the call
-    (in the child process, when isolated), and always restored.
+    Returns (result, launches, reference_calls, band_report). The counters and the guarded
+    allocator are patched in only for the call (in the child process, when isolated), and always
+    restored.
     """
 
     def call(*args):
@@ -123,13 +127,32 @@ def _watched(launcher: Callable) -> Callable:
         jit.KernelInterface.__getitem__ = counting_getitem
         attention.gather_history = counting_gather
         try:
-            result = launcher(*args)
+            with guarded_allocations() as allocations:
+                result = launcher(*args)
         finally:
             jit.KernelInterface.__getitem__ = original_getitem
             attention.gather_history = original_gather
-        return result, counts["launches"], counts["reference"]
+        return result, counts["launches"], counts["reference"], allocations.report(result)
 
     return call
+
+
+def _band_message(scenario: str, what: str, written: dict) -> None:
+    which = "the output tensor" if written["is_result"] else f"a {written['dtype']} tensor your launcher allocated"
+    sides = " and ".join(
+        f"{count} values {where}"
+        for count, where in ((written["before"], "before its start"), (written["after"], "past its end"))
+        if count
+    )
+    fail(
+        scenario,
+        f"stores only inside {which} {list(written['shape'])}",
+        f"your kernel wrote {sides}",
+        "every store must be masked to the elements that exist: in a tile, rows past the last new token "
+        "(row < new_tokens) or positions past the length are not part of the tensor. On a GPU such a store "
+        "silently overwrites whatever memory follows the tensor; here the check surrounded it with guard "
+        "bands, and they changed.",
+    )
 
 
 def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
@@ -163,7 +186,7 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
             f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}" + printed
         )
-    result, launches, reference_calls = outcome.value
+    result, launches, reference_calls, bands_written = outcome.value
     if reference_calls:
         fail(
             scenario,
@@ -193,6 +216,19 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"a tensor of shape {expected_shape} and dtype {args[0].dtype} (like q)",
             f"shape {tuple(result.shape)}, dtype {result.dtype}",
             "allocate the output with torch.empty_like(q) and return it.",
+        )
+    if bands_written:
+        _band_message(scenario, what, bands_written[0])
+    never_written = int((result == SENTINEL).sum())
+    if never_written:
+        fail(
+            scenario,
+            f"every one of the {result.numel()} output values written by your kernel",
+            f"{never_written} values never written (they still hold {SENTINEL:g}, what the check filled the "
+            "output with)",
+            "every (sequence or new token, query head) must have a program that stores its whole row of "
+            "head_dim values: compare your grid with the output's shape, and the store's mask with the rows "
+            "that exist.",
         )
     return result.double().cpu()
 
@@ -356,7 +392,7 @@ def _check_decode_cases(what: str, launcher: Callable, cases: tuple[DecodeCase, 
         got = _run_learner(what, launcher, args, scenario)
         if _close(got, expected, dtype):
             continue
-        context = _split_hint(case) + " " if split else ""
+        context = (_split_hint(case) + " " if split else "") + _negative_hint(case)
         _explain_mismatch(
             scenario,
             got,
@@ -368,6 +404,16 @@ def _check_decode_cases(what: str, launcher: Callable, cases: tuple[DecodeCase, 
             _DECODE_AXES,
             context,
         )
+
+
+def _negative_hint(case) -> str:
+    if not case.negative_scores:
+        return ""
+    return (
+        f"Every score here is far below zero (about {NEGATIVE_SCORE:g}), where exp(score) is 0 in float32. "
+        "The running max must start at -inf: started at 0, exp(score - m) is 0 for every key, l stays 0 "
+        "and the output is 0 / 0. "
+    )
 
 
 def _split_hint(case: DecodeCase) -> str:
@@ -463,6 +509,7 @@ def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> Non
             lambda bug, inputs=inputs: prefill_as(bug, inputs),
             _PREFILL_HINT + _dtype_hint(dtype),
             _PREFILL_AXES,
+            _negative_hint(case),
         )
     q, k_pool, v_pool, table, start, block_size = prefill_inputs(PREFILL_CASES[1], _dtypes_to_check()[0]).args()
     _expect_rejected(
