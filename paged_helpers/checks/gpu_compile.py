@@ -36,7 +36,10 @@ __all__ = [
     "TARGETS",
     "CompileResult",
     "Launch",
+    "RecordedLaunch",
     "capture_launches",
+    "describe_launch",
+    "record_launches",
     "compile_launches",
     "explain_failure",
 ]
@@ -164,36 +167,61 @@ def bundle_source(kernel: object) -> str:
     return "\n".join([*header, *lines, "", *functions]) + "\n"
 
 
-def capture_launches(launcher: Callable, args: tuple) -> list[Launch]:
-    """Call ``launcher(*args)`` with every Triton launch recorded and skipped, and return the records.
+@dataclass(frozen=True)
+class RecordedLaunch:
+    """One ``kernel[grid](*args, **kwargs)`` as it was asked for, with the live objects:
+    ``replay()`` makes the same launch again (what a benchmark times)."""
+
+    kernel: object
+    grid: object
+    args: tuple
+    kwargs: dict
+
+    def replay(self, **overrides: object) -> None:
+        self.kernel[self.grid](*self.args, **{**self.kwargs, **overrides})
+
+
+def record_launches(launcher: Callable, args: tuple) -> tuple[object, list[RecordedLaunch]]:
+    """Call ``launcher(*args)`` with every Triton launch recorded and skipped: (its result, the launches).
 
     The launcher's own Python runs (validation, allocation, merging); its kernels don't, so the
-    inputs can have GPU shapes on a CPU and the output is meaningless.
+    inputs can have GPU shapes on a CPU, and the result is meaningless until the launches are
+    replayed.
     """
     from triton.runtime import jit
 
-    launches: list[Launch] = []
+    launches: list[RecordedLaunch] = []
     original = jit.KernelInterface.__getitem__
 
     def recording(kernel, grid):
         def launch(*launch_args, **launch_kwargs):
-            launches.append(
-                Launch(
-                    kernel=_raw_function(kernel).__name__,
-                    module_source=bundle_source(kernel),
-                    args=tuple(_describe(a) for a in launch_args),
-                    kwargs=tuple(sorted((k, _describe(v)) for k, v in launch_kwargs.items())),
-                )
-            )
+            launches.append(RecordedLaunch(kernel, grid, launch_args, launch_kwargs))
 
         return launch
 
     jit.KernelInterface.__getitem__ = recording
     try:
-        launcher(*args)
+        result = launcher(*args)
     finally:
         jit.KernelInterface.__getitem__ = original
-    return launches
+    return result, launches
+
+
+def describe_launch(recorded: RecordedLaunch, **overrides: object) -> Launch:
+    """A recorded launch as a ``Launch`` another process can compile (``overrides``: num_warps=8, ...)."""
+    kwargs = {**recorded.kwargs, **overrides}
+    return Launch(
+        kernel=_raw_function(recorded.kernel).__name__,
+        module_source=bundle_source(recorded.kernel),
+        args=tuple(_describe(a) for a in recorded.args),
+        kwargs=tuple(sorted((k, _describe(v)) for k, v in kwargs.items())),
+    )
+
+
+def capture_launches(launcher: Callable, args: tuple) -> list[Launch]:
+    """The launches ``launcher(*args)`` makes, described for compiling (none of them runs)."""
+    _, recorded = record_launches(launcher, args)
+    return [describe_launch(launch) for launch in recorded]
 
 
 # --------------------------------------------------------------------------- compile
