@@ -147,3 +147,13 @@ def test_a_half_precision_tl_dot_names_the_16_minimum(tmp_path):
     assert not results[0].ok
     assert "this tl.dot is 16 x 4 times 4 x 16 (M x K times K x N) in bf16" in explain_failure(results[0])
     assert "K >= 16 for bf16 operands" in explain_failure(results[0])
+
+
+def test_launches_that_differ_only_in_lengths_share_one_compile():
+    """The benchmark runs many context lengths per block size: one compile each, not one per length."""
+    small = BENCHMARK_DECODE[0]
+    longer = DecodeCase("longer", (10 * small.block_size + 3,), small.block_size, 32, 8, 128)
+    (first,) = capture_launches(solution(DECODE, "paged_decode_attention"), _decode_args(small))
+    (second,) = capture_launches(solution(DECODE, "paged_decode_attention"), _decode_args(longer))
+    assert first == second
+    assert first.constexpr_values() == {"BLOCK": 16, "D": 128}

@@ -207,13 +207,33 @@ def record_launches(launcher: Callable, args: tuple) -> tuple[object, list[Recor
     return result, launches
 
 
+def _same_specialisation(value: object) -> object:
+    """An integer kernel argument as Triton specialises it: 1, a multiple of 16, another int32,
+    or an int64. The compiled code depends on that class only, so launches that differ in a
+    length or a table width share one compile (and one cache entry)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value < 2**31:
+        return value
+    if value == 1:
+        return 1
+    return 16 if value % 16 == 0 else 3
+
+
 def describe_launch(recorded: RecordedLaunch, **overrides: object) -> Launch:
-    """A recorded launch as a ``Launch`` another process can compile (``overrides``: num_warps=8, ...)."""
+    """A recorded launch as a ``Launch`` another process can compile (``overrides``: num_warps=8, ...).
+
+    Integer arguments that are not constexprs are replaced by a representative of their
+    specialisation class (see ``_same_specialisation``); constexprs and options are kept as given.
+    """
+    parameters = list(inspect.signature(_raw_function(recorded.kernel)).parameters.values())
+    args = []
+    for index, value in enumerate(recorded.args):
+        constexpr = index < len(parameters) and "constexpr" in str(parameters[index].annotation)
+        args.append(_describe(value if constexpr else _same_specialisation(value)))
     kwargs = {**recorded.kwargs, **overrides}
     return Launch(
         kernel=_raw_function(recorded.kernel).__name__,
         module_source=bundle_source(recorded.kernel),
-        args=tuple(_describe(a) for a in recorded.args),
+        args=tuple(args),
         kwargs=tuple(sorted((k, _describe(v)) for k, v in kwargs.items())),
     )
 
