@@ -126,8 +126,19 @@ def _names_used(code: types.CodeType) -> set[str]:
     return names
 
 
+def _importable_from(value: object) -> str | None:
+    """``module`` when ``value`` (a function or class) can be imported from a real .py module."""
+    module = getattr(value, "__module__", None)
+    loaded = sys.modules.get(module or "")
+    if module in (None, "__main__") or not str(getattr(loaded, "__file__", "")).endswith(".py"):
+        return None
+    return module if getattr(loaded, getattr(value, "__name__", ""), None) is value else None
+
+
 def _global_line(name: str, value: object) -> str | None:
     """A line of source that recreates global ``name``, or None when it is not data a kernel can use."""
+    import torch
+
     if isinstance(value, types.ModuleType):
         module = value.__name__
         return f"import {module} as {name}" if "." in module or module != name else f"import {module}"
@@ -135,18 +146,25 @@ def _global_line(name: str, value: object) -> str | None:
         return f"{name} = __import__('triton.language', fromlist=['constexpr']).constexpr({value.value!r})"
     if isinstance(value, (bool, int, float, str)) or value is None:
         return f"{name} = {value!r}"
+    if isinstance(value, torch.device):
+        return f"{name} = __import__('torch').device({str(value)!r})"
+    module = _importable_from(value)
+    if module is not None:
+        return f"from {module} import {value.__name__} as {name}"
     return None
 
 
-def bundle_source(kernel: object) -> str:
-    """Python source defining ``kernel`` and everything it reads: modules, constants, other
-    @triton.jit functions (recursively), in an order that runs. Raises OSError without source."""
+def bundle_source(entry: object) -> str:
+    """Python source defining ``entry`` (a @triton.jit kernel or a plain function, such as a
+    launcher written in a notebook) and everything it reads: modules, constants, importable
+    functions, and the @triton.jit or notebook functions it calls (recursively, as source), in an
+    order that runs. Raises OSError when a function's source can't be read."""
     lines: list[str] = []
     functions: list[str] = []
     seen: set[str] = set()
 
-    def visit(jit: object) -> None:
-        fn = _raw_function(jit)
+    def visit(obj: object) -> None:
+        fn = _raw_function(obj) if _is_jit(obj) else obj
         if fn.__name__ in seen:
             return
         seen.add(fn.__name__)
@@ -154,7 +172,7 @@ def bundle_source(kernel: object) -> str:
             if name not in fn.__globals__ or name == fn.__name__:
                 continue
             value = fn.__globals__[name]
-            if _is_jit(value):
+            if _is_jit(value) or (isinstance(value, types.FunctionType) and _importable_from(value) is None):
                 visit(value)
                 continue
             line = _global_line(name, value)
@@ -162,7 +180,7 @@ def bundle_source(kernel: object) -> str:
                 lines.append(line)
         functions.append(textwrap.dedent(inspect.getsource(fn)))
 
-    visit(kernel)
+    visit(entry)
     header = ["import triton", "import triton.language as tl"]
     return "\n".join([*header, *lines, "", *functions]) + "\n"
 

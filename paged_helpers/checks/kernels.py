@@ -21,13 +21,15 @@ scenario near 100 program-iterations or fewer (about 2.8 ms each in the interpre
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 
-from ..device import DEVICE
+from ..device import DEVICE, INFO
 from ..reference import paged_decode_reference, paged_prefill_reference
+from . import spawned
 from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compile_launches, explain_failure
 from .guard_bands import SENTINEL, guarded_allocations
 from .isolated import Outcome, run_isolated
@@ -55,8 +57,10 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.bfloat16: (4e-2, 4e-2),
 }
 
-# Seconds one scenario may take before the learner's kernel is declared stuck (interpreter only).
+# Seconds one scenario may take before the learner's kernel is declared stuck. On a GPU the
+# first call of each shape also compiles the kernel, hence the larger limit there.
 TIME_LIMIT_S = 15.0
+GPU_TIME_LIMIT_S = 60.0
 
 
 def _dtypes_to_check() -> tuple[torch.dtype, ...]:
@@ -155,9 +159,26 @@ def _band_message(scenario: str, what: str, written: dict) -> None:
     )
 
 
+def _isolated(launcher: Callable, args: tuple, watched: bool) -> Outcome:
+    """The launcher's call in a child process: spawned on a GPU (inside a check's ``spawned.session``),
+    forked under the interpreter (``isolated``)."""
+    if spawned.active():
+        wrapper = f"{__name__}:_watched" if watched else ""
+        return spawned.call(launcher, args, GPU_TIME_LIMIT_S, wrapper)
+    return run_isolated(_watched(launcher) if watched else launcher, args, TIME_LIMIT_S)
+
+
+def _learner_process() -> contextlib.AbstractContextManager:
+    """On a compiled GPU, one spawned child for the whole check (a fault or a hang becomes a message
+    and the notebook's CUDA context stays clean); elsewhere nothing to open."""
+    if DEVICE.type == "cuda" and not INFO.triton_interpreted and not spawned.active():
+        return spawned.session()
+    return contextlib.nullcontext()
+
+
 def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
-    """Run the launcher (in a child process under the interpreter); turn every failure into a message."""
-    outcome: Outcome = run_isolated(_watched(launcher), args, TIME_LIMIT_S)
+    """Run the launcher in a child process; turn every failure into a message."""
+    outcome: Outcome = _isolated(launcher, args, watched=True)
     printed = (
         f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}" if outcome.printed.strip() else ""
     )
@@ -280,7 +301,7 @@ def _explain_mismatch(
 
 def _expect_rejected(what: str, launcher: Callable, args: tuple, scenario: str, argument: str) -> None:
     """The launcher must refuse bad input with an error that names ``argument``."""
-    outcome = run_isolated(launcher, args, TIME_LIMIT_S)
+    outcome = _isolated(launcher, args, watched=False)
     if outcome.kind == "raised" and argument in outcome.error_message:
         return
     got = {
@@ -457,8 +478,9 @@ def _rejects_baddecode_inputs(what: str, launcher: Callable, extra: tuple) -> No
 def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
     """paged_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size) against the reference."""
     what = "paged_decode_attention"
-    _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
-    _rejects_baddecode_inputs(what, paged_decode_attention, ())
+    with _learner_process():
+        _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
+        _rejects_baddecode_inputs(what, paged_decode_attention, ())
     _check_gpu_compile(
         what,
         paged_decode_attention,
@@ -471,8 +493,9 @@ def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
 def check_split_k_decode(split_k_decode_attention: Callable, seed: int = 0) -> None:
     """split_k_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size, num_splits)."""
     what = "split_k_decode_attention"
-    _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
-    _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
+    with _learner_process():
+        _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
+        _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
     _check_gpu_compile(
         what,
         split_k_decode_attention,
@@ -489,15 +512,12 @@ _PREFILL_HINT = (
 )
 
 
-@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_attention")
-def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
-    """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
-    what = "paged_prefill_attention"
+def _check_prefill_cases(what: str, launcher: Callable, seed: int) -> None:
     for case, dtype in _plan(PREFILL_CASES):
         inputs = prefill_inputs(case, dtype, seed)
         scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
         expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
-        got = _run_learner(what, paged_prefill_attention, inputs.args(), scenario)
+        got = _run_learner(what, launcher, inputs.args(), scenario)
         if _close(got, expected, dtype):
             continue
         _explain_mismatch(
@@ -511,14 +531,22 @@ def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> Non
             _PREFILL_AXES,
             _negative_hint(case),
         )
-    q, k_pool, v_pool, table, start, block_size = prefill_inputs(PREFILL_CASES[1], _dtypes_to_check()[0]).args()
-    _expect_rejected(
-        what,
-        paged_prefill_attention,
-        (q, k_pool, v_pool, table[:2].clone(), start, block_size),
-        "a block table too short for start + new tokens (blocks not reserved)",
-        "block_table",
-    )
+
+
+@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_attention")
+def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
+    """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
+    what = "paged_prefill_attention"
+    with _learner_process():
+        _check_prefill_cases(what, paged_prefill_attention, seed)
+        q, k_pool, v_pool, table, start, block_size = prefill_inputs(PREFILL_CASES[1], _dtypes_to_check()[0]).args()
+        _expect_rejected(
+            what,
+            paged_prefill_attention,
+            (q, k_pool, v_pool, table[:2].clone(), start, block_size),
+            "a block table too short for start + new tokens (blocks not reserved)",
+            "block_table",
+        )
     _check_gpu_compile(
         what,
         paged_prefill_attention,
