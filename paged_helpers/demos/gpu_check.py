@@ -7,7 +7,7 @@ On a CUDA machine, within about 8 minutes, it runs
   1. every check (``paged_helpers.checks.REGISTRY``) against the definitions in --impl (default:
      the instructor's notebooks), the kernel checks in float16 and bfloat16 as a GPU runs them;
   2. ``check_fork_logits`` with the model and the cache in bfloat16 and in float32;
-  3. notebooks 07 (decode kernel) and 09 (prefill kernel) top to bottom, failing on any error
+  3. notebooks 06 (Triton warm-up), 07 (decode kernel) and 09 (prefill kernel) top to bottom, failing on any error
      or any output on stderr (nbgrader zeroes a cell that writes stderr);
   4. the decode benchmark over batch size, context length and block size;
 
@@ -33,7 +33,7 @@ from .implementation import COURSE_NOTEBOOKS, add_impl_argument
 
 __all__ = ["PLAN", "add_arguments", "run"]
 
-KERNEL_NOTEBOOKS = ("07_paged_decode_kernel", "09_paged_prefill_kernel")
+KERNEL_NOTEBOOKS = ("06_triton_warmup", "07_paged_decode_kernel", "09_paged_prefill_kernel")
 FORK_DTYPES = (torch.bfloat16, torch.float32)
 BENCHMARK_GRID = {"batch_sizes": (1, 8, 32), "context_lengths": (512, 2048, 8192), "block_sizes": (16, 32, 64, 128)}
 TIME_BUDGET_S = 8 * 60
