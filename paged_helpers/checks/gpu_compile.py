@@ -14,8 +14,9 @@ the kernel checks also compile the learner's kernels for sm_80 (A100) and sm_90 
 3. **explain**: a compile error becomes a learner's message; registers and spills come back
    as facts, and spills are printed as advice (a slow kernel is not a wrong one).
 
-Results are cached in this process per (kernel source, arguments, target), and Triton's disk
-cache keeps compiled kernels between processes, so a second run of a check costs little.
+Results are cached per (Triton version, kernel source, arguments, target), in this process and
+on disk (``~/.cache/paged_helpers/gpu_compile``, one small JSON each), so a second run of a check,
+in any process, starts no compiler.
 """
 
 from __future__ import annotations
@@ -267,8 +268,18 @@ def capture_launches(launcher: Callable, args: tuple) -> list[Launch]:
 _CACHE: dict[str, CompileResult] = {}
 
 
+def _cache_folder() -> Path:
+    """Where compile results are kept between processes (a second run of a check starts no compiler)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "paged_helpers" / "gpu_compile"
+
+
 def _key(launch: Launch, target: int) -> str:
-    text = json.dumps([launch.module_source, launch.kernel, launch.args, launch.kwargs, target], sort_keys=True)
+    import triton
+
+    text = json.dumps(
+        [triton.__version__, launch.module_source, launch.kernel, launch.args, launch.kwargs, target], sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -276,14 +287,41 @@ def _module_id(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
+def _load_cached(key: str, launch: Launch, target: int) -> CompileResult | None:
+    try:
+        facts = json.loads((_cache_folder() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return CompileResult(launch=launch, target=target, **facts)
+
+
+def _store_cached(key: str, result: CompileResult) -> None:
+    facts = {
+        name: getattr(result, name) for name in CompileResult.__dataclass_fields__ if name not in ("launch", "target")
+    }
+    try:
+        _cache_folder().mkdir(parents=True, exist_ok=True)
+        (_cache_folder() / f"{key}.json").write_text(json.dumps(facts))
+    except OSError:  # a read-only home: the in-process cache still holds it
+        pass
+
+
 def compile_launches(launches: list[Launch], targets: tuple[int, ...] = TARGETS) -> list[CompileResult]:
     """Compile each launch for each target (in a separate process), cached; one result per pair."""
     wanted = [(launch, target) for launch in launches for target in targets]
-    missing = {
-        _key(launch, target): (launch, target) for launch, target in wanted if _key(launch, target) not in _CACHE
-    }
+    missing = {}
+    for launch, target in wanted:
+        key = _key(launch, target)
+        if key not in _CACHE:
+            cached = _load_cached(key, launch, target)
+            if cached is not None:
+                _CACHE[key] = cached
+            else:
+                missing[key] = (launch, target)
     if missing:
-        _CACHE.update(_run_worker(missing))  # a timeout is cached too: it would time out again
+        for key, result in _run_worker(missing).items():  # a timeout is kept too: it would time out again
+            _CACHE[key] = result
+            _store_cached(key, result)
     return [_CACHE[_key(launch, target)] for launch, target in wanted]
 
 
