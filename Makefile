@@ -1,6 +1,9 @@
 # The course's two commands (see README.md):
 #   make lab    set everything up, then open the notebooks in JupyterLab
 #   make test   set everything up, then run the whole test suite
+#   make demo   the lecture's copy-on-write demo alone, in JupyterLab (see docs/widgets.md);
+#               NOTEBOOK=path/to/04_fork_and_copy_on_write.ipynb runs a learner's class
+#   make demo-html  the same story as one static page, .demo/cow_story.html, for a room without a kernel
 # `make setup` alone builds .venv; every target reuses it once it is up to date.
 
 PYTHON ?= python3
@@ -11,7 +14,10 @@ STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test lint clean-venv
+DEMO_DIR := .demo
+NOTEBOOK ?=
+
+.PHONY: setup lab test lint clean-venv demo demo-html
 
 setup: $(STAMP)
 
@@ -24,6 +30,20 @@ $(STAMP): $(PINS) pyproject.toml
 
 lab: setup
 	cd notebooks && ../$(BIN)/jupyter lab $(LAB_ARGS)
+
+# A fresh copy each time (Lab saves outputs into the notebook it opens); the folder holds
+# nothing but the demo, so nothing else shows in Lab's file browser; demo/jupyter hides
+# nbgrader's menus and panels.
+demo: setup
+	mkdir -p $(DEMO_DIR)
+	cp demo/copy_on_write.ipynb $(DEMO_DIR)/
+	cd $(DEMO_DIR) && PH_DEMO_NOTEBOOK="$(if $(NOTEBOOK),$(abspath $(NOTEBOOK)))" \
+		JUPYTER_CONFIG_PATH="$(CURDIR)/demo/jupyter" ../$(BIN)/jupyter lab copy_on_write.ipynb $(LAB_ARGS)
+
+demo-html: setup
+	mkdir -p $(DEMO_DIR)
+	$(BIN)/python -m paged_helpers.widgets.lecture --html $(DEMO_DIR)/cow_story.html \
+		$(if $(NOTEBOOK),--notebook "$(abspath $(NOTEBOOK))")
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
