@@ -111,7 +111,7 @@ def test_right_implementation_gives_exact_fork_logits(right, capsys):
 
 
 COPY_ON_WRITE_BUGS = {
-    "no_copy_on_write": ["still shared", "copy-on-write"],
+    "no_copy_on_write": ["still shared", "copy-on-write", "allocate a fresh block, copy the shared block"],
     "keys_only": ["values", "were not copied", "v_pool"],
     "first_layer_only": ["layer 1", "were not copied"],
     "old_block_kept": ["refcount", "release it once"],
@@ -125,7 +125,9 @@ COPY_ON_WRITE_BUGS = {
 
 @pytest.mark.parametrize("bug", sorted(COPY_ON_WRITE_BUGS))
 def test_check_copy_on_write_names_the_bug(bug, wrong_caches, failing_message):
-    message = failing_message(check_copy_on_write, wrong_caches[bug])
+    first = failing_message(check_copy_on_write, wrong_caches[bug])
+    message = failing_message(check_copy_on_write, wrong_caches[bug])  # tiered hints: change shown now
+    assert ("more_hint()" in first) == ("the change (same failure again):" in message)
     for words in COPY_ON_WRITE_BUGS[bug]:
         assert words in message, f"{bug}: {words!r} not in\n{message}"
     assert "expected:" in message and "hint:" in message
@@ -143,7 +145,9 @@ FORK_LOGITS_BUGS = {
 
 @pytest.mark.parametrize("bug", sorted(FORK_LOGITS_BUGS))
 def test_check_fork_logits_names_the_bug(bug, wrong_caches, failing_message):
-    message = failing_message(check_fork_logits, wrong_caches[bug])
+    first = failing_message(check_fork_logits, wrong_caches[bug])
+    message = failing_message(check_fork_logits, wrong_caches[bug])  # tiered hints: change shown now
+    assert ("more_hint()" in first) == ("the change (same failure again):" in message)
     for words in FORK_LOGITS_BUGS[bug]:
         assert words in message, f"{bug}: {words!r} not in\n{message}"
 
