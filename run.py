@@ -5,6 +5,8 @@ The demos are the modules of paged_helpers/demos/ (found there, not listed here)
 
     python run.py paged            static slots vs paged blocks on the seeded workload
     python run.py radix            multi-turn chats: flat vs radix cache, FCFS vs cache-aware
+    python run.py gpu-check        on a CUDA GPU: every check, fork logits in bf16/fp32, notebooks 06, 07
+                                   and 09, the decode benchmark -> docs/gpu_check.json and .png
 
 Demos that need the learner's classes read them from the notebooks in --impl DIR
 (default: notebooks/, the instructor's source). Point it at your own copies to run the

@@ -6,8 +6,9 @@ dict as JSON. Demos that need the learner's classes take them from the notebooks
 this package itself never contains a solution.
 
 ``DEMOS`` (command -> module name) is found, not listed: every module of this package that
-defines ``run`` is a demo, named by its ``COMMAND`` when it has one (``copy_on_write`` is
-``cow``), else by its module name. A new demo is a new module and nothing else.
+defines ``run`` and ``add_arguments`` is a demo, named by its ``COMMAND`` when it has one
+(``copy_on_write`` is ``cow``, ``gpu_check`` is ``gpu-check``), else by its module name. A new
+demo is a new module and nothing else.
 """
 
 import pkgutil
