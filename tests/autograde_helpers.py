@@ -79,6 +79,8 @@ def _scratch(prefix: str) -> Path:
 def isolated_site() -> Path:
     site = _scratch("graded-site-")
     shutil.copytree(ROOT / "paged_helpers", site / "paged_helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    # data/ goes where an installed package keeps it (setup.py), as for a student's pip install
+    shutil.copytree(ROOT / "data", site / "paged_helpers" / "course_data" / "files")
     return site
 
 
