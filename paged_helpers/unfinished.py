@@ -8,7 +8,7 @@ The cells that *try* that code wrap it in ``try_it``:
 
 When the learner's stub raises, the cell prints one line (what is unfinished, where to write
 it) and Run All goes on. Only a NotImplementedError raised by a stub of the learner's (the
-line ``raise NotImplementedError...`` in a notebook cell, this notebook's or an earlier one
+line ``raise NotImplementedError()`` in a notebook cell, this notebook's or an earlier one
 loaded with ``load_from_notebook``) is swallowed: any other exception, or a
 NotImplementedError from a library or from this package, is a real problem and still raises
 where it happened.
@@ -27,6 +27,8 @@ from types import TracebackType
 __all__ = ["UnfinishedStub", "try_it", "unfinished_stub"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# What nbgrader leaves where the learner's code goes (generate_assignment's ClearSolutions).
+_STUB_LINES = ("raise NotImplementedError()", "raise NotImplementedError")
 # Code loaded from an earlier notebook carries this file name (see notebook_loader).
 _LOADED_SUFFIX = ".ipynb (code cells)"
 
@@ -66,7 +68,7 @@ def unfinished_stub(error: BaseException) -> UnfinishedStub | None:
     code = last.tb_frame.f_code
     filename = code.co_filename
     line = linecache.getline(filename, last.tb_lineno).strip()
-    if not line.startswith("raise NotImplementedError"):
+    if line not in _STUB_LINES:  # a NotImplementedError with a message is deliberate, not a stub
         return None
     path = Path(filename)
     if filename.endswith(_LOADED_SUFFIX):

@@ -7,7 +7,7 @@ back to the course's implementation of an earlier notebook, but only to a *publi
 (git-ignored), from where the learner's workspace (``published/`` at the repository root) and
 autograde (``published/`` in the course root) can load it. Nothing else is ever a fallback: not
 ``notebooks/``, not ``source/``. The published notebook keeps the solution code and drops the
-hidden tests, the nbgrader markers and every output.
+hidden tests, the nbgrader markers, the prose (rubrics included) and every output.
 """
 
 from __future__ import annotations
@@ -27,17 +27,21 @@ _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
 def solution_notebook(instructor_notebook: Path) -> nbformat.NotebookNode:
-    """The instructor notebook with its solutions in place, without hidden tests, markers or outputs."""
+    """The code cells of the instructor notebook, solutions in place; no hidden tests, markers,
+    outputs, prose or rubrics (later notebooks load definitions only)."""
     notebook = nbformat.read(instructor_notebook, as_version=4)
     notebook, _ = ClearHiddenTests().preprocess(notebook, {})
+    cells = [
+        nbformat.v4.new_markdown_cell(
+            f"The course's solution of `{instructor_notebook.stem}`, published after its deadline "
+            "(`course.py publish`). Later notebooks load it where a learner's own code is unfinished."
+        )
+    ]
     for cell in notebook.cells:
         if cell.cell_type == "code":
-            cell.source = "\n".join(
-                line for line in cell.source.splitlines() if line.strip() not in _MARKERS
-            )
-            cell.outputs = []
-            cell.execution_count = None
-        cell.metadata.pop("nbgrader", None)
+            source = "\n".join(line for line in cell.source.splitlines() if line.strip() not in _MARKERS)
+            cells.append(nbformat.v4.new_code_cell(source))
+    notebook.cells = cells
     return notebook
 
 
