@@ -105,9 +105,10 @@ def cmd_workspace(args) -> int:
     build = args.build.resolve()
     sources = {name: args.notebooks / f"{name}.ipynb" for name in names}
     released = {name: build / "release" / name / f"{name}.ipynb" for name in names}
-    if workspace.stale_sources(args.into, sources, released):
+    if workspace.stale_sources(build, sources, released):
         print("releasing the course's notebooks with nbgrader (solutions and hidden tests removed)...")
         release_into(build, args.notebooks, names, one_call=True)
+        workspace.record_release(build, sources)
     for line in workspace.describe(args.into, workspace.sync(args.into, sources, released)):
         print(line)
     return 0

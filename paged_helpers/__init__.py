@@ -70,5 +70,5 @@ def _in_notebook_kernel() -> bool:
     return "ipykernel" in sys.modules
 
 
-if _in_notebook_kernel():
+if _in_notebook_kernel() or _device.INFO.problem is not None:  # a problem is said at import, anywhere
     print(_device.INFO.banner())

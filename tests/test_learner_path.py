@@ -9,6 +9,7 @@ import itertools
 import linecache
 import os
 import shutil
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -262,3 +263,39 @@ def test_publishing_puts_nothing_in_the_package(tmp_path):
     assert not list(package.rglob("*.ipynb"))
     assert [p.name for p in (tmp_path / "published").iterdir()] == ["03_paged_kv_cache.ipynb"]
     assert nbformat.read(tmp_path / "published" / "03_paged_kv_cache.ipynb", as_version=4).cells
+
+
+# --- rough edges ------------------------------------------------------------------------------
+
+
+def test_importing_triton_first_names_the_fix_at_import_and_in_a_kernel_check():
+    script = (
+        "import triton\n"
+        "import paged_helpers\n"
+        "from conftest import solution\n"
+        "from paged_helpers.checks import check_paged_decode\n"
+        "try:\n"
+        "    check_paged_decode(solution('07_paged_decode_kernel', 'paged_decode_attention'))\n"
+        "except AssertionError as error:\n"
+        "    print('CHECK', error._render_traceback_()[0])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT / "tests", env=env, capture_output=True, text=True, timeout=300
+    )
+    if "cuda" in done.stdout.split("|")[0]:
+        pytest.skip("on a GPU, importing triton first is fine")
+    banner, *_ = done.stdout.splitlines()
+    assert "cannot run kernels here" in banner, done.stdout
+    fix = "restart the kernel (Kernel > Restart Kernel) and run `import paged_helpers as ph` before any cell"
+    assert fix in done.stdout.splitlines()[1]
+    check_line = next(line for line in done.stdout.splitlines() if line.startswith("CHECK"))
+    assert check_line.startswith("CHECK CheckFailed: triton was imported before paged_helpers") and fix in check_line
+
+
+def test_a_notebook_load_error_says_what_to_do(tmp_path):
+    (tmp_path / "02_broken.ipynb").write_text("{ not json")
+    with pytest.raises(NotebookLoadError, match="rename it and run `make lab`"):
+        load_from_notebook("02_broken", "BlockAllocator", search=[tmp_path])
+    with pytest.raises(NotebookLoadError, match="What to do: put your 02_absent.ipynb in the same folder"):
+        load_from_notebook("02_absent", "BlockAllocator", search=[tmp_path])

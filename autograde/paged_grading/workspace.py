@@ -5,8 +5,8 @@ a class receives it (solutions and hidden tests removed) and copies the released
 ``workspace/``. The learner's edits are never overwritten:
 
 * ``workspace/.generated.json`` records, per notebook, the SHA-256 of the copy that was put
-  there (and of the instructor source it came from, so an unchanged notebook is not released
-  again).
+  there (and of the instructor source it came from). The build folder remembers which sources
+  it released (``released_from.json``), so unchanged notebooks are not released again.
 * A notebook that is missing is added. A notebook whose bytes still equal the recorded copy
   (never edited, never run) is replaced when the release changed. Anything else is the
   learner's: left alone, with a line saying how to get a fresh copy (move it aside, run again).
@@ -43,14 +43,24 @@ def write_manifest(workspace: Path, manifest: dict[str, dict[str, str]]) -> None
     (workspace / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
-def stale_sources(workspace: Path, sources: dict[str, Path], released: dict[str, Path]) -> list[str]:
-    """Notebooks whose instructor source changed since the workspace was last built (or never built)."""
-    manifest = read_manifest(workspace)
+RELEASED_FROM = "released_from.json"
+
+
+def stale_sources(build: Path, sources: dict[str, Path], released: dict[str, Path]) -> list[str]:
+    """Notebooks whose release in ``build`` is missing or was made from another version of the source."""
+    record_path = build / RELEASED_FROM
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     return [
         name
         for name, source in sources.items()
-        if not released[name].is_file() or manifest.get(name, {}).get("source_sha256") != sha256(source)
+        if not released[name].is_file() or record.get(name) != sha256(source)
     ]
+
+
+def record_release(build: Path, sources: dict[str, Path]) -> None:
+    """Remember which source each release in ``build`` was made from (see ``stale_sources``)."""
+    record = {name: sha256(source) for name, source in sources.items()}
+    (build / RELEASED_FROM).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 @dataclass(frozen=True)

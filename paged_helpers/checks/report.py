@@ -141,11 +141,17 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
 
 
 def _hint_for(error: Exception) -> str:
+    problem = _device_problem()
+    if problem is not None:  # e.g. triton imported before paged_helpers: no kernel can run
+        return problem
+    return "the lines below this message show where in your code it happened."
+
+
+def _device_problem() -> str | None:
+    """The device's sentence for the learner when Triton cannot run as intended (see device.py)."""
     from ..device import INFO
 
-    if INFO.problem is not None:  # e.g. triton imported before paged_helpers: no kernel can run
-        return INFO.problem
-    return "the lines below this message show where in your code it happened."
+    return INFO.problem
 
 
 def _earlier_notebook_raising(error: BaseException) -> str | None:
@@ -221,6 +227,12 @@ def check(
                     raise
                 print(f"{function.__name__}: {error}")
                 return None
+            except CheckFailed as error:
+                problem = _device_problem()
+                if problem is None:
+                    raise
+                # e.g. triton imported before paged_helpers: say so first, not "0 active drivers"
+                raise type(error)(f"{problem}\n{error}") from error.__cause__
             finally:
                 _TALLY.reset(token)
             print(f"{function.__name__}: {summary or _summary(tally)}")
