@@ -69,8 +69,12 @@ def test_run_all_on_a_fresh_workspace_reaches_the_end(tmp_path):
         for item in served:
             if item["name"].endswith(".ipynb"):
                 assert_no_instructor_text(base, token, item["name"])
-        for name in RUN:
-            page.goto(f"{base}/lab/tree/{name}.ipynb?token={token}")
+        for number, name in enumerate(RUN):
+            # a Lab workspace of its own per notebook: only this notebook opens (no restored tabs)
+            page.goto(f"{base}/lab/workspaces/run{number}/tree/{name}.ipynb?token={token}&reset")
+            page.wait_for_function(
+                f"() => window.jupyterapp?.shell?.currentWidget?.context?.path === '{name}.ipynb'", timeout=120_000
+            )
             ran = run_all_cells(page)
             timings[name] = round(time.monotonic() - started, 1)
             page.screenshot(path=ARTIFACTS / f"{name}_end.png")
@@ -85,7 +89,8 @@ def test_run_all_on_a_fresh_workspace_reaches_the_end(tmp_path):
             assert checks and all("not implemented yet" in c["text"] for c in checks), checks
             page.evaluate("() => window.jupyterapp.shell.currentWidget.content.scrollToItem(0)")
             page.screenshot(path=ARTIFACTS / f"{name}_top.png")
-            page.evaluate("async () => await window.jupyterapp.commands.execute('application:close-all')")
+            page.evaluate("async () => await window.jupyterapp.commands.execute('docmanager:save')")
+            page.evaluate("async () => await window.jupyterapp.serviceManager.sessions.shutdownAll()")
     timings["total"] = round(time.monotonic() - started, 1)
     (ARTIFACTS / "timing.json").write_text(json.dumps(timings, indent=2))
     (ARTIFACTS / "cells.json").write_text(json.dumps(seen, indent=1))
