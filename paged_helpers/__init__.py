@@ -8,7 +8,9 @@ baseline caches, workloads, checks, widgets and plots. Never a solution.
 Map of the package:
   device            where the course runs (CUDA or CPU + Triton interpreter)
   model             a readable Qwen3 that talks to any cache through cache.update(...)
-  checkpoint        loading a real Qwen3 from a local folder
+  checkpoint        loading a real Qwen3 from a local folder (and saving one)
+  course_data       where data/ is (clone or installed) and how its files are rebuilt
+  words             the tiny Qwen3's word-level tokenizer: ph.tokenizer().encode / decode / token_text
   baselines         the static-slot cache learners compare against
   workloads         seeded request generators
   notebook_loader   taking a learner's classes out of an earlier notebook
@@ -26,6 +28,7 @@ from .device import DEVICE, banner
 from .model import Qwen3, Qwen3Config, tiny_qwen3
 from .notebook_loader import NotebookLoadError, load_from_notebook
 from .unfinished import try_it
+from .words import tokenizer
 
 __all__ = [
     "DEVICE",
@@ -33,6 +36,7 @@ __all__ = [
     "Qwen3",
     "Qwen3Config",
     "tiny_qwen3",
+    "tokenizer",
     "load_from_notebook",
     "NotebookLoadError",
     "try_it",
@@ -45,6 +49,7 @@ _SUBMODULES = {
     "baselines",
     "checkpoint",
     "checks",
+    "course_data",
     "demos",
     "model",
     "notebook_loader",
@@ -52,6 +57,7 @@ _SUBMODULES = {
     "reference",
     "serving",
     "widgets",
+    "words",
     "workloads",
 }
 

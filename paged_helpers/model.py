@@ -24,7 +24,7 @@ models. Parameter names follow Hugging Face's, so its checkpoints load without r
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import torch
@@ -61,23 +61,6 @@ class Qwen3Config:
     def group_size(self) -> int:
         """Query heads per KV head: query head h reads KV head h // group_size."""
         return self.num_attention_heads // self.num_key_value_heads
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any], source: str = "config") -> Qwen3Config:
-        """Build from a Hugging Face config dict; extra keys are ignored, missing ones named."""
-        known = {f.name for f in fields(cls)}
-        required = known - {"rms_norm_eps", "rope_theta", "tie_word_embeddings", "max_position_embeddings"}
-        values = dict(raw)
-        if "head_dim" not in values and "hidden_size" in values and "num_attention_heads" in values:
-            values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
-        if "rope_theta" not in values and isinstance(values.get("rope_parameters"), dict):
-            values["rope_theta"] = values["rope_parameters"].get("rope_theta", cls.rope_theta)
-        missing = sorted(required - values.keys())
-        if missing:
-            raise ValueError(
-                f"{source} is missing the field(s) {', '.join(missing)} that a Qwen3 model needs"
-            )
-        return cls(**{k: values[k] for k in known if k in values})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -316,19 +299,13 @@ def tiny_config(**overrides: Any) -> Qwen3Config:
     return Qwen3Config(**overrides)
 
 
-def tiny_qwen3(
-    seed: int = 0,
-    config: Qwen3Config | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> Qwen3:
-    """A Qwen3 with deterministic random weights: same seed, same model, on any machine.
+def random_qwen3(seed: int = 0, config: Qwen3Config | None = None) -> Qwen3:
+    """A float32 CPU Qwen3 with deterministic random weights: same seed, same model, on any machine.
 
     Weights are scaled so the logits are far from uniform (greedy decoding picks varied
-    tokens), which makes corrupted caches visible in the outputs.
+    tokens), which makes corrupted caches visible in the outputs. The course's checkpoint in
+    data/tiny-qwen3 is this model at seed 0 with the default config, saved to files.
     """
-    from .device import DEVICE
-
     config = config or tiny_config()
     generator = torch.Generator().manual_seed(seed)
     model = Qwen3(config)
@@ -339,5 +316,28 @@ def tiny_qwen3(
             elif parameter.ndim == 2:
                 fan_in = parameter.shape[1]
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(fan_in))
-    model.eval()
-    return model.to(device=device or DEVICE, dtype=dtype)
+    return model.eval()
+
+
+def tiny_qwen3(
+    seed: int = 0,
+    config: Qwen3Config | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen3:
+    """The course's tiny Qwen3 (seed 0, default config) loaded from its checkpoint in data/, or
+    ``random_qwen3(seed, config)`` built in memory for any other seed or config.
+
+    The checkpoint goes through ``checkpoint.load_qwen3``, the same call that loads a real
+    Qwen3, so the loader's validation runs on every start; its logits equal the in-memory model's
+    exactly (tests/test_course_data.py).
+    """
+    from .device import DEVICE
+
+    device = device or DEVICE
+    if seed == 0 and (config is None or config == tiny_config()):
+        from .checkpoint import load_qwen3
+        from .course_data import TINY_QWEN3, data_path
+
+        return load_qwen3(data_path(TINY_QWEN3), device=device, dtype=dtype)
+    return random_qwen3(seed, config).to(device=device, dtype=dtype)

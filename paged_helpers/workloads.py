@@ -2,20 +2,100 @@
 
 Lengths and token ids come from ``random.Random(seed)``, never from global random state,
 so a check, a notebook cell and ``run.py`` see identical workloads.
+
+Request-length workloads by name (``workload_lengths``): ``uniform`` is the chapter's seeded
+uniform draw; every other name is a trace in the data folder's ``workloads/NAME.json`` (request
+lengths shaped after the vLLM paper's ShareGPT and Alpaca statistics; each file says how).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
+UNIFORM = "uniform"
+UNIFORM_CAPACITY = 1024  # the chapter's static slot, tokens
+# The seed whose uniform draw is the chapter's figure (32 requests holding 9924 tokens); every
+# request-length workload defaults to it, so run.py paged and notebook 01 print the chapter's numbers.
+CHAPTER_LENGTHS_SEED = 2
 
-def request_lengths(count: int = 32, shortest: int = 20, longest: int = 500, seed: int = 0) -> list[int]:
-    """Token counts of ``count`` live requests, uniform in [shortest, longest]."""
-    if not 0 < shortest <= longest:
-        raise ValueError(f"need 0 < shortest <= longest, got shortest={shortest}, longest={longest}")
-    rng = random.Random(seed)
-    return [rng.randint(shortest, longest) for _ in range(count)]
+
+def request_lengths(
+    count: int = 32, shortest: int = 20, longest: int = 500, seed: int = CHAPTER_LENGTHS_SEED
+) -> list[int]:
+    """Token counts of ``count`` live requests, uniform in [shortest, longest).
+
+    Drawn with torch's CPU generator (the same numbers on every machine): the defaults give the
+    chapter's 32 requests, 9924 tokens in all.
+    """
+    import torch
+
+    if not 0 < shortest < longest:
+        raise ValueError(f"need 0 < shortest < longest, got shortest={shortest}, longest={longest}")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(shortest, longest, (count,), generator=generator).tolist()
+
+
+@dataclass(frozen=True)
+class LengthTrace:
+    """Input and output lengths (tokens) of recorded-style requests, with where they come from."""
+
+    name: str
+    source: str
+    how_made: str
+    static_capacity: int  # the slot a static-slot server reserves per request, tokens
+    input_tokens: list[int] = field(repr=False)
+    output_tokens: list[int] = field(repr=False)
+
+    @property
+    def total_tokens(self) -> list[int]:
+        """Tokens each request holds in the KV cache once its last output token is written."""
+        return [i + o for i, o in zip(self.input_tokens, self.output_tokens, strict=True)]
+
+
+def workload_names() -> list[str]:
+    """``uniform`` and the name of every trace file in the data folder."""
+    from .course_data import data_path
+
+    return [UNIFORM, *sorted(path.stem for path in data_path("workloads").glob("*.json"))]
+
+
+def length_trace(name: str) -> LengthTrace:
+    """The trace ``data/workloads/NAME.json``."""
+    from .course_data import data_path
+
+    names = workload_names()
+    if name not in names[1:]:
+        raise ValueError(f"workload must be one of {names}, got {name!r}")
+    raw = json.loads(data_path("workloads", f"{name}.json").read_text())
+    return LengthTrace(
+        name=name,
+        source=raw["source"],
+        how_made=raw["how_made"],
+        static_capacity=raw["static_capacity"],
+        input_tokens=raw["input_tokens"],
+        output_tokens=raw["output_tokens"],
+    )
+
+
+def workload_capacity(name: str) -> int:
+    """The static slot (tokens) that fits every request of the workload."""
+    return UNIFORM_CAPACITY if name == UNIFORM else length_trace(name).static_capacity
+
+
+def workload_lengths(name: str = UNIFORM, count: int = 32, seed: int = CHAPTER_LENGTHS_SEED) -> list[int]:
+    """Token counts of ``count`` live requests of the named workload.
+
+    ``uniform``: ``request_lengths(count, seed=seed)``. A trace: ``count`` of its requests drawn
+    without replacement by ``random.Random(seed)``, each holding input + output tokens.
+    """
+    if name == UNIFORM:
+        return request_lengths(count, seed=seed)
+    totals = length_trace(name).total_tokens
+    if not 0 < count <= len(totals):
+        raise ValueError(f"count must be between 1 and {len(totals)} for the workload {name!r}, got {count}")
+    return [totals[index] for index in random.Random(seed).sample(range(len(totals)), count)]
 
 
 def random_tokens(length: int, vocab_size: int, rng: random.Random) -> list[int]:

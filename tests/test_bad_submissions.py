@@ -43,7 +43,11 @@ import importlib
 import pathlib
 import paged_helpers.checks.allocator as target
 path = pathlib.Path(target.__file__)
-stub = "from .report import check\\n@check(notebook='02_block_allocator', builds='BlockAllocator')\\ndef check_block_allocator(*args, **kwargs):\\n    pass\\n"
+stub = (
+    "from .report import check\\n"
+    "@check(notebook='02_block_allocator', builds='BlockAllocator')\\n"
+    "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
+)
 path.write_text(stub)
 importlib.reload(target)
 target.check_block_allocator(None)

@@ -99,3 +99,49 @@ def test_the_student_release_says_not_implemented_yet(tmp_path):
     physical_slot = release_definition(tmp_path, NOTEBOOK, "physical_slot")
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_physical_slot(physical_slot)
+
+
+# --------------------------------------------------------------------------- stretch: the sweep
+
+
+def test_the_sweep_passes(capsys):
+    from paged_helpers.checks import check_utilization_sweep
+
+    check_utilization_sweep(solution("01_block_tables", "utilization_sweep"))
+    assert "check_utilization_sweep: 4 sets of requests" in capsys.readouterr().out
+
+
+def sweep_floor_plus_one(lengths, block_sizes):
+    return {s: sum(lengths) / (s * sum(n // s + 1 for n in lengths)) for s in block_sizes}
+
+
+def sweep_floor(lengths, block_sizes):
+    return {s: sum(lengths) / max(1, s * sum(n // s for n in lengths)) for s in block_sizes}
+
+
+def sweep_rounding_the_total(lengths, block_sizes):
+    return {s: sum(lengths) / (s * -(-sum(lengths) // s)) for s in block_sizes}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (sweep_floor_plus_one, "counts one block too many"),
+        (sweep_floor, "above 100%"),
+        (sweep_rounding_the_total, "Each request holds its own blocks"),
+    ],
+)
+def test_a_wrong_sweep_is_named(wrong, phrase, failing_message):
+    from paged_helpers.checks import check_utilization_sweep
+
+    assert phrase in failing_message(check_utilization_sweep, wrong)
+
+
+def test_an_unfinished_sweep_is_noted_not_raised(capsys):
+    from paged_helpers.checks import check_utilization_sweep
+
+    def stub(lengths, block_sizes):
+        raise NotImplementedError()
+
+    check_utilization_sweep(stub, unfinished="note")
+    assert "not implemented yet" in capsys.readouterr().out

@@ -10,22 +10,15 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import run
+from paged_helpers.course_data import expected_figures
 from paged_helpers.demos.copy_on_write import fork_block_counts
 from paged_helpers.demos.prefix import shared_prompt_run
 
 from conftest import NOTEBOOKS, solution
 
-COW_FIGURE = {
-    "parent_blocks": 3,
-    "new_blocks_after_4_forks": 0,
-    "new_blocks_after_each_sample_writes_a_token": 4,
-}
-PREFIX_FIGURE = {
-    "prompt_tokens": 832,
-    "tokens_prefilled": 160,
-    "blocks_in_use": 14,
-    "blocks_without_sharing": 56,
-}
+# The chapter's figures, kept in data/expected_figures.json.
+COW_FIGURE = expected_figures()["chapter"]["cow"]
+PREFIX_FIGURE = expected_figures()["chapter"]["prefix"]
 
 
 def run_demo(capsys, *argv):

@@ -7,7 +7,8 @@ Re-runnable (a second run changes nothing) and safe to apply again after a merge
 
 Two edits, decided from the notebook itself, never from a list of cells kept by hand:
 
-* A "Try it" cell (not a solution or graded cell) that uses a name the learner defines (in a
+* A "Try it" cell (not a solution or graded cell, and not one that calls a check: checks
+  report unfinished code themselves) that uses a name the learner defines (in a
   solution cell, or loaded from an earlier notebook with ``load_from_notebook``), or a name
   made by an earlier "Try it" cell, is wrapped in ``with ph.try_it(...):`` so that an
   unfinished stub prints one line instead of stopping Run All (see paged_helpers/unfinished.py).
@@ -134,6 +135,22 @@ def _wrapped(source: str, shows: str, quiet_functions: set[str]) -> str:
     return f"{header}:\n{body}"
 
 
+def _calls_a_check(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", "").startswith("check_") for node in ast.walk(tree)
+    )
+
+
+def _unwrapped(source: str) -> str:
+    """Undo ``_wrapped`` (for a cell that no longer needs it)."""
+    body = source.splitlines()[1:]
+    lines = [line.removeprefix("    ") for line in body]
+    last = lines[-1] if lines else ""
+    if last.startswith("display(") and last.endswith(")"):
+        lines[-1] = last[len("display(") : -1]
+    return "\n".join(lines)
+
+
 def _with_note(source: str) -> str:
     """``unfinished="note"`` on the visible check calls of a graded cell (not its hidden tests)."""
     out, hidden = [], False
@@ -177,6 +194,11 @@ def learner_notebook(notebook) -> bool:
         made = _top_level_names(tree)
         if _used_names(tree) & learner_names:
             learner_names |= made
+        if _calls_a_check(tree):  # a check says "not implemented yet" itself (unfinished="note")
+            if cell.source.startswith(WRAP):
+                cell.source = _unwrapped(cell.source)
+                changed = True
+            continue
         already = cell.source.startswith(WRAP)
         if already or _used_names(tree, top_level_only=True) & learner_names:
             shows = next((label for needle, label in SHOWS.items() if needle in cell.source), "")

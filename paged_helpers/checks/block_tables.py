@@ -5,6 +5,11 @@ position p is in physical block ``table[p // block_size]`` at offset ``p % block
 check covers the chapter's example, every position of seeded scrambled (non-contiguous,
 out-of-order) tables for several block sizes, positions exactly on block boundaries, and bad
 positions (and a block size of 0) that must raise instead of returning a plausible wrong slot.
+
+The stretch exercise (not graded), ``utilization_sweep(lengths, block_sizes)``, is checked on
+lengths that fill their blocks exactly, one token, and both sides of a block boundary, where
+counting blocks as ``length // block_size + 1`` or rounding the total instead of each request
+goes wrong.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable
 
 from .report import CheckFailed, NotImplementedYet, call_learner, check, fail
 
-__all__ = ["check_physical_slot"]
+__all__ = ["check_physical_slot", "check_utilization_sweep"]
 
 
 def _as_slot(result: object) -> tuple[int, int] | None:
@@ -153,3 +158,83 @@ def check_physical_slot(physical_slot: Callable, *, seed: int = 0) -> None:
     _expect_refused(physical_slot, [5, 1, 7], -1, 4, "a negative position")
     _expect_refused(physical_slot, [5, 1, 7], 12, 4, "one past the last slot of the table")
     _expect_refused(physical_slot, [5, 1, 7], 0, 0, "a block size of 0", argument="block_size")
+
+
+# --------------------------------------------------------------------------- stretch: the sweep
+
+_SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _blocks_for(length: int, block_size: int) -> int:
+    return -(-length // block_size)
+
+
+def _sweep_cases(seed: int) -> list[tuple[str, list[int]]]:
+    rng = random.Random(seed)
+    return [
+        ("one request of exactly 32 tokens (a whole number of blocks for sizes up to 32)", [32]),
+        ("one request of 1 token", [1]),
+        ("requests of 16, 17 and 15 tokens: on, one past and one before a boundary of 16", [16, 17, 15]),
+        ("32 seeded requests of 20-500 tokens, like run.py paged", [rng.randint(20, 500) for _ in range(32)]),
+    ]
+
+
+def _sweep_hint(lengths: list[int], block_size: int, got: float, expected: float) -> str:
+    stored = sum(lengths)
+    rounded_total = stored / (_blocks_for(stored, block_size) * block_size)
+    if got > 1.0 + 1e-9:
+        return (
+            "utilisation above 100% means fewer slots were reserved than tokens stored: a partly filled "
+            "last block is still a whole block. Count blocks per request with ceiling division, "
+            "-(-length // block_size)."
+        )
+    if abs(got - stored / (sum(length // block_size + 1 for length in lengths) * block_size)) < 1e-9:
+        exact = next((length for length in lengths if length % block_size == 0), None)
+        example = (
+            f" A request of exactly {exact} tokens needs {exact // block_size} block(s) of {block_size}, not "
+            f"{exact // block_size + 1}."
+            if exact
+            else ""
+        )
+        return "length // block_size + 1 counts one block too many whenever a length fills its blocks exactly." + (
+            example + " Use ceiling division, -(-length // block_size)."
+        )
+    if abs(got - rounded_total) < 1e-9 and abs(rounded_total - expected) > 1e-9:
+        return (
+            "the blocks were counted for the total of all tokens, as if the requests shared their last "
+            "block. Each request holds its own blocks: sum the blocks of every request, then multiply "
+            "by block_size."
+        )
+    return "utilisation = tokens stored / (block_size x the sum over requests of the blocks each holds)."
+
+
+@check(notebook="01_block_tables", builds="utilization_sweep", graded=False)
+def check_utilization_sweep(utilization_sweep: Callable, *, seed: int = 0) -> str:
+    """Stretch: utilization_sweep(lengths, block_sizes) == {size: sum(lengths) / slots reserved in blocks}."""
+    cases = _sweep_cases(seed)
+    for description, lengths in cases:
+        scenario = f"utilization_sweep({description}, block_sizes={_SWEEP_BLOCK_SIZES})"
+        result = call_learner(
+            "utilization_sweep", utilization_sweep, list(lengths), _SWEEP_BLOCK_SIZES, scenario=scenario
+        )
+        if not isinstance(result, dict) or sorted(result) != sorted(_SWEEP_BLOCK_SIZES):
+            fail(
+                scenario,
+                f"a dict with one entry per block size {list(_SWEEP_BLOCK_SIZES)}",
+                repr(result)[:200],
+                "return {block_size: utilisation} for every block size you were given.",
+            )
+        for block_size in _SWEEP_BLOCK_SIZES:
+            reserved = block_size * sum(_blocks_for(length, block_size) for length in lengths)
+            expected = sum(lengths) / reserved
+            got = result[block_size]
+            if not isinstance(got, (int, float)) or abs(got - expected) > 1e-9:
+                fail(
+                    f"{scenario}, block size {block_size}",
+                    f"{expected:.6f} ({sum(lengths)} tokens in {reserved} reserved slots)",
+                    repr(got),
+                    _sweep_hint(lengths, block_size, float(got), expected)
+                    if isinstance(got, (int, float))
+                    else "each value is a float: tokens stored / slots reserved.",
+                )
+    return f"{len(cases)} sets of requests x {len(_SWEEP_BLOCK_SIZES)} block sizes"

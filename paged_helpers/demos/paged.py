@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..workloads import request_lengths
+from ..workloads import (
+    CHAPTER_LENGTHS_SEED,
+    UNIFORM,
+    request_lengths,
+    workload_capacity,
+    workload_lengths,
+    workload_names,
+)
 from .implementation import add_impl_argument, load_impl
 
 
@@ -29,18 +36,26 @@ def slots_reserved_by_cache(paged_cache_class, lengths: list[int], block_size: i
 def utilization_figures(
     requests: int = 32,
     block_size: int = 16,
-    capacity: int = 1024,
-    seed: int = 0,
+    capacity: int | None = None,
+    seed: int = CHAPTER_LENGTHS_SEED,
     shortest: int = 20,
     longest: int = 500,
     paged_cache_class=None,
+    workload: str = UNIFORM,
 ) -> dict[str, float | int]:
     """The chapter's figure: tokens stored against slots reserved, static and paged.
 
+    ``workload`` names the request lengths (``uniform``: between ``shortest`` and ``longest``;
+    else a trace from the data folder). ``capacity`` is the static slot, by default the
+    workload's own (1024 tokens for uniform, the trace's longest allowed request otherwise).
     With ``paged_cache_class`` the paged count comes from reserving the requests in that
     cache (the learner's), else from arithmetic.
     """
-    lengths = request_lengths(requests, shortest, longest, seed)
+    if workload == UNIFORM:
+        lengths = request_lengths(requests, shortest, longest, seed)
+    else:
+        lengths = workload_lengths(workload, requests, seed)
+    capacity = workload_capacity(workload) if capacity is None else capacity
     if max(lengths) > capacity:
         raise ValueError(f"a request of {max(lengths)} tokens does not fit a static slot of {capacity}")
     stored = sum(lengths)
@@ -64,9 +79,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--requests", type=int, default=32, help="live requests (default 32)")
     parser.add_argument(
-        "--capacity", type=int, default=1024, help="static slot size in tokens (default 1024)"
+        "--capacity",
+        type=int,
+        default=None,
+        help="static slot size in tokens (default: the workload's, 1024 for uniform)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=CHAPTER_LENGTHS_SEED,
+        help=f"workload seed (default {CHAPTER_LENGTHS_SEED}: the chapter's requests)",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=workload_names(),
+        default=UNIFORM,
+        help="request lengths: the chapter's uniform 20-500 draw, or a trace from data/workloads (default uniform)",
+    )
     # Without --impl the paged count is arithmetic, so this demo works before notebook 03 is done.
     add_impl_argument(parser, default=None)
 
@@ -74,5 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, float | int]:
     paged_cache_class = None if args.impl is None else load_impl(args, "03_paged_kv_cache", "PagedKVCache")
     return utilization_figures(
-        args.requests, args.block_size, args.capacity, args.seed, paged_cache_class=paged_cache_class
+        args.requests,
+        args.block_size,
+        args.capacity,
+        args.seed,
+        paged_cache_class=paged_cache_class,
+        workload=args.workload,
     )

@@ -1,0 +1,149 @@
+"""Pictures for the Triton warm-up (notebook 06): which elements each program loads.
+
+``plot_tiles`` draws a vector (or one row) cut into tiles of BLOCK lanes, one colour per
+program, with the lanes past the end hatched (the mask switches them off). Given ``loaded``
+(for each element, the element the kernel actually put there, recovered from index-coded
+inputs), it marks every element the kernel got wrong, left empty, or wrote outside the tensor.
+
+``plot_gather`` draws a gather through an index table: output row i takes table row index[i].
+Given ``loaded`` (the table row each output row actually holds), wrong rows are drawn in red.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from .kernel_walk import _COLOURS
+
+__all__ = ["plot_gather", "plot_tiles"]
+
+_WRONG = "#C44E52"
+
+
+def plot_tiles(
+    length: int,
+    block: int,
+    loaded: Sequence[int | None] | None = None,
+    outside: Sequence[int] = (),
+    title: str | None = None,
+):
+    """Draw ``length`` elements cut into tiles of ``block`` lanes. Returns the matplotlib Figure.
+
+    loaded: optional, one entry per element: the input element the kernel stored there (None where
+    it stored nothing). outside: offsets past the end (>= length) that the kernel wrote to.
+    """
+    if length < 1 or block < 1:
+        raise ValueError(f"length and block must be at least 1, got length={length}, block={block}")
+    if loaded is not None and len(loaded) != length:
+        raise ValueError(f"loaded must have one entry per element ({length}), got {len(loaded)}")
+    programs = -(-length // block)
+    lanes = programs * block
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.42 * lanes + 1.5), 1.9 if loaded is None else 2.5))
+    for lane in range(lanes):
+        program = lane // block
+        colour = _COLOURS[program % len(_COLOURS)]
+        masked = lane >= length
+        axes.add_patch(
+            Rectangle(
+                (lane, 0),
+                1,
+                1,
+                facecolor="white" if masked else colour,
+                alpha=1.0 if masked else 0.55,
+                edgecolor=colour,
+                hatch="///" if masked else None,
+                linewidth=1.2,
+            )
+        )
+        if masked:
+            written_outside = lane in outside
+            axes.text(
+                lane + 0.5,
+                0.5,
+                "out!" if written_outside else "",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color=_WRONG,
+                weight="bold",
+            )
+            if written_outside:
+                axes.add_patch(Rectangle((lane, 0), 1, 1, fill=False, edgecolor=_WRONG, linewidth=2.5))
+            continue
+        axes.text(lane + 0.5, 0.5, str(lane), ha="center", va="center", fontsize=8)
+        if loaded is not None:
+            got = loaded[lane]
+            wrong = got != lane
+            axes.text(
+                lane + 0.5,
+                -0.45,
+                "-" if got is None else str(got),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=_WRONG if wrong else "black",
+                weight="bold" if wrong else "normal",
+            )
+    for program in range(programs):
+        axes.text(program * block + block / 2, 1.25, f"program {program}", ha="center", va="bottom", fontsize=8)
+    if loaded is not None:
+        axes.text(-0.3, -0.45, "your kernel stored", ha="right", va="center", fontsize=8)
+    axes.text(-0.3, 0.5, "element", ha="right", va="center", fontsize=8)
+    axes.set_xlim(-4.5 if loaded is not None else -2.5, lanes + 0.5)
+    axes.set_ylim(-0.9 if loaded is not None else -0.2, 1.8)
+    axes.set_axis_off()
+    axes.set_title(title or f"{length} elements in tiles of {block}: hatched lanes are masked off", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def plot_gather(
+    index: Sequence[int],
+    table_rows: int,
+    loaded: Sequence[int | None] | None = None,
+    title: str | None = None,
+):
+    """Draw out[i] = table[index[i]]: table rows on the left, output rows on the right. Returns the Figure.
+
+    loaded: optional, the table row each output row actually holds (None: not a table row);
+    rows that differ from index[i] are drawn in red from where they really came.
+    """
+    picks = [int(row) for row in index]
+    if any(not 0 <= row < table_rows for row in picks):
+        raise ValueError(f"every index must be a table row in [0, {table_rows}), got {picks}")
+    if loaded is not None and len(loaded) != len(picks):
+        raise ValueError(f"loaded must have one entry per output row ({len(picks)}), got {len(loaded)}")
+    height = max(table_rows, len(picks))
+    figure, axes = plt.subplots(figsize=(5.0, 0.38 * height + 1.0))
+    for row in range(table_rows):
+        axes.add_patch(Rectangle((0, height - 1 - row), 2, 0.8, facecolor="#DDDDDD", edgecolor="grey"))
+        axes.text(1, height - 0.6 - row, f"table row {row}", ha="center", va="center", fontsize=8)
+    for out_row, pick in enumerate(picks):
+        came_from = pick if loaded is None else loaded[out_row]
+        wrong = came_from != pick
+        colour = _WRONG if wrong else _COLOURS[out_row % len(_COLOURS)]
+        axes.add_patch(Rectangle((5, height - 1 - out_row), 2, 0.8, facecolor=colour, alpha=0.55, edgecolor=colour))
+        label = f"out row {out_row}" + ("" if not wrong else f" (should be {pick})")
+        axes.text(6, height - 0.6 - out_row, label, ha="center", va="center", fontsize=8)
+        if came_from is None:
+            continue
+        axes.add_patch(
+            FancyArrowPatch(
+                (2, height - 0.6 - came_from),
+                (5, height - 0.6 - out_row),
+                arrowstyle="-|>",
+                mutation_scale=10,
+                color=colour,
+                linewidth=1.2,
+            )
+        )
+    axes.set_xlim(-0.2, 7.2)
+    axes.set_ylim(-0.4, height + 0.2)
+    axes.set_axis_off()
+    default = "what your kernel loaded" if loaded is not None else f"gather through the index table {picks}"
+    axes.set_title(title or default, fontsize=9)
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,223 @@
+"""The warm-up checks (notebook 06) pass the instructor's kernels and name each classic mistake.
+
+Each wrong kernel runs through the notebook's own launcher (its global kernel name rebound to the
+wrong kernel), so the only difference from the right answer is the kernel body.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import triton
+import triton.language as tl
+
+from paged_helpers.checks import (
+    NotImplementedYet,
+    check_gather_rows_kernel,
+    check_row_max_kernel,
+    check_scale_kernel,
+    check_softmax_kernel,
+)
+
+from conftest import solution, strip_ansi
+
+NOTEBOOK = "06_triton_warmup"
+
+
+def launcher_with(name: str, kernel_name: str, kernel) -> types.FunctionType:
+    """The notebook's launcher ``name``, launching ``kernel`` in place of its ``kernel_name``."""
+    right = solution(NOTEBOOK, name)
+    return types.FunctionType(right.__code__, {**right.__globals__, kernel_name: kernel}, name, right.__defaults__)
+
+
+# --------------------------------------------------------------------------- wrong kernels
+
+
+@triton.jit
+def scale_store_unmasked(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+    tl.store(out_ptr + offsets, factor * x)
+
+
+@triton.jit
+def scale_without_program_offset(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, factor * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def scale_stub(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    raise NotImplementedError()
+
+
+@triton.jit
+def row_max_other_zero(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offsets = tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols)
+    tl.store(out_ptr + row, tl.max(values, axis=0))
+
+
+@triton.jit
+def row_max_cols_as_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offsets = tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=-float("inf"))
+    tl.store(out_ptr + row, tl.max(values, axis=0))
+
+
+@triton.jit
+def row_max_unmasked(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    values = tl.load(x_ptr + row * stride_row + tl.arange(0, BLOCK))
+    tl.store(out_ptr + row, tl.max(values, axis=0))
+
+
+@triton.jit
+def gather_ignoring_index(table_ptr, index_ptr, out_ptr, D: tl.constexpr):
+    i = tl.program_id(0)
+    columns = tl.arange(0, D)
+    tl.store(out_ptr + i * D + columns, tl.load(table_ptr + i * D + columns))
+
+
+@triton.jit
+def gather_row_without_width(table_ptr, index_ptr, out_ptr, D: tl.constexpr):
+    i = tl.program_id(0)
+    row = tl.load(index_ptr + i)
+    columns = tl.arange(0, D)
+    tl.store(out_ptr + i * D + columns, tl.load(table_ptr + row + columns))
+
+
+@triton.jit
+def softmax_without_rescale(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    m = -float("inf")
+    l = 0.0
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
+        m = tl.maximum(m, tl.max(tile, axis=0))
+        l = l + tl.sum(tl.exp(tile - m), axis=0)
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        mask = offsets < cols
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
+        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l, mask=mask)
+
+
+@triton.jit
+def softmax_other_zero(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    m = -float("inf")
+    l = 0.0
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=0.0)
+        m_new = tl.maximum(m, tl.max(tile, axis=0))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
+        m = m_new
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        mask = offsets < cols
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l, mask=mask)
+
+
+@triton.jit
+def softmax_without_max(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    l = 0.0
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
+        l = l + tl.sum(tl.exp(tile), axis=0)
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        mask = offsets < cols
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
+        tl.store(out_ptr + row * cols + offsets, tl.exp(tile) / l, mask=mask)
+
+
+@triton.jit
+def softmax_store_unmasked(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    m = -float("inf")
+    l = 0.0
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(tile, axis=0))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
+        m = m_new
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
+        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l)
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+@pytest.mark.parametrize(
+    ("check", "launcher"),
+    [
+        (check_scale_kernel, "scale"),
+        (check_row_max_kernel, "row_max"),
+        (check_gather_rows_kernel, "gather_rows"),
+        (check_softmax_kernel, "softmax"),
+    ],
+)
+def test_the_instructor_kernels_pass(check, launcher, capsys):
+    check(solution(NOTEBOOK, launcher))
+    assert capsys.readouterr().out.startswith(f"{check.__name__}: ")
+
+
+WRONG = [
+    (check_scale_kernel, "scale", "scale_kernel", scale_store_unmasked, ["outside `out`", "mask=offsets < n"]),
+    (check_scale_kernel, "scale", "scale_kernel", scale_without_program_offset, ["never written", "pid * BLOCK"]),
+    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_other_zero, ["loaded as 0", "other=-float('inf')"]),
+    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_cols_as_stride, ["stride_row"]),
+    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_unmasked, ["beyond `cols`"]),
+    (
+        check_gather_rows_kernel,
+        "gather_rows",
+        "gather_rows_kernel",
+        gather_ignoring_index,
+        ["copied table row i", "index"],
+    ),
+    (check_gather_rows_kernel, "gather_rows", "gather_rows_kernel", gather_row_without_width, ["r * D"]),
+    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_without_rescale, ["not rescaled", "exp(m - m_new)"]),
+    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_other_zero, ["loaded as 0", "-inf"]),
+    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_without_max, ["overflows", "subtract the running max"]),
+    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_store_unmasked, ["outside `out`", "mask the store"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("check", "launcher", "kernel_name", "kernel", "phrases"), WRONG, ids=[wrong[3].__name__ for wrong in WRONG]
+)
+def test_a_wrong_kernel_is_named(check, launcher, kernel_name, kernel, phrases, failing_message):
+    message = strip_ansi(failing_message(check, launcher_with(launcher, kernel_name, kernel)))
+    for phrase in phrases:
+        assert phrase in message, message
+
+
+def test_a_stub_is_not_implemented_yet():
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_scale_kernel(launcher_with("scale", "scale_kernel", scale_stub))
+
+
+def test_a_launcher_that_skips_the_kernel_fails():
+    def torch_only(x, out, factor, block=8):
+        out.copy_(factor * x)
+        return out
+
+    with pytest.raises(AssertionError, match="without launching the kernel"):
+        check_scale_kernel(torch_only)
