@@ -59,7 +59,14 @@ def _last_frame(traceback: TracebackType | None) -> TracebackType | None:
 
 
 def unfinished_stub(error: BaseException) -> UnfinishedStub | None:
-    """The learner's stub that raised ``error``; None when it came from anywhere else."""
+    """The learner's stub that raised ``error``; None when it came from anywhere else.
+
+    Follows ``raise ... from`` links: Triton's interpreter reports a stub inside a kernel as an
+    InterpreterError caused by the stub's NotImplementedError.
+    """
+    seen = 0
+    while error is not None and not isinstance(error, NotImplementedError) and seen < 5:
+        error, seen = error.__cause__, seen + 1
     if not isinstance(error, NotImplementedError):
         return None
     last = _last_frame(error.__traceback__)
@@ -118,10 +125,8 @@ class try_it(contextlib.AbstractContextManager):
 
     def __exit__(self, kind, error, traceback) -> bool:
         prefix = f"{self.waiting} is waiting for your code. " if self.waiting else ""
-        if isinstance(error, NotImplementedError):
-            stub = unfinished_stub(error)
-            if stub is None:
-                return False
+        stub = unfinished_stub(error) if error is not None else None
+        if stub is not None:
             for name in _assigned_names(self._cell):
                 _NOT_MADE.setdefault(name, stub)
             print(f"{prefix}{stub.sentence()}")

@@ -84,6 +84,21 @@ def test_try_it_lets_real_errors_through():
             raise NotImplementedError()
 
 
+def test_a_stub_inside_a_triton_kernel_is_unfinished_too(capsys):
+    """The interpreter reports it as an InterpreterError caused by the stub's NotImplementedError."""
+    if ph.DEVICE.type == "cuda":
+        pytest.skip("compiled Triton rejects a raise inside a kernel at compile time")
+    namespace = {"ph": ph}
+    run_cell(
+        "import torch\nimport triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef double_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    raise NotImplementedError()\n\n"
+        "def double(x):\n    double_kernel[(1,)](x, x.numel(), BLOCK=8)\n",
+        namespace,
+    )
+    run_cell("with ph.try_it():\n    double(torch.zeros(4))\n", namespace)
+    assert "`double_kernel` is not implemented yet" in capsys.readouterr().out
+
+
 def test_code_loaded_from_an_earlier_notebook_points_there(tmp_path, capsys):
     write_release("02_block_allocator", tmp_path)
     allocator = load_from_notebook("02_block_allocator", "BlockAllocator", search=[tmp_path])
