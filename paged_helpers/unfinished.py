@@ -133,6 +133,8 @@ class try_it(contextlib.AbstractContextManager):
             return True
         if isinstance(error, NameError) and getattr(error, "name", None) in _NOT_MADE:
             stub = _NOT_MADE[error.name]
+            for name in _assigned_names(self._cell):  # what this cell would have made waits too
+                _NOT_MADE.setdefault(name, stub)
             print(f"{prefix}`{error.name}` was not made, because {stub.sentence()[0].lower()}{stub.sentence()[1:]}")
             return True
         return False

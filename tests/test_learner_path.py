@@ -66,6 +66,9 @@ def test_a_later_cell_waits_for_the_name_the_skipped_cell_would_have_made(capsys
     run_cell("with ph.try_it('The widget'):\n    shelf.allocate()\n", namespace)
     out = capsys.readouterr().out
     assert out.startswith("The widget is waiting for your code. `shelf` was not made")
+    run_cell("with ph.try_it():\n    view = shelf.free\n", namespace)
+    run_cell("with ph.try_it():\n    view.clear()\n", namespace)  # a chain of skipped cells
+    assert capsys.readouterr().out.count("was not made") == 2
     with pytest.raises(NameError):  # a typo is not an unfinished exercise
         run_cell("with ph.try_it():\n    shlef.allocate()\n", namespace)
 
