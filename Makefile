@@ -4,6 +4,9 @@
 #   make instructor  instructors and contributors: notebooks/ (the source, with solutions) and nbgrader's tools
 #   make publish NB=03_paged_kv_cache   self-learners, once done with a notebook: later notebooks may use
 #                                       the course's solution of it where yours is unfinished
+#   make demo   the lecture's copy-on-write demo alone, in JupyterLab (see docs/widgets.md);
+#               NOTEBOOK=path/to/04_fork_and_copy_on_write.ipynb runs a learner's class
+#   make demo-html  the same story as one static page, .demo/cow_story.html, for a room without a kernel
 # `make setup` alone builds .venv; every target reuses it once it is up to date.
 
 PYTHON ?= python3
@@ -18,7 +21,10 @@ WORKSPACE_BUILD ?= .workspace-build
 # nbgrader's instructor tools switched off for learners (see config/learner-lab/README.md)
 LEARNER_LAB := $(CURDIR)/config/learner-lab
 
-.PHONY: setup lab instructor publish test lint clean-venv
+DEMO_DIR := .demo
+NOTEBOOK ?=
+
+.PHONY: setup lab instructor publish test lint clean-venv demo demo-html
 
 setup: $(STAMP)
 
@@ -40,6 +46,20 @@ instructor: setup
 publish: setup
 	@test -n "$(NB)" || { echo "usage: make publish NB=03_paged_kv_cache"; exit 2; }
 	$(BIN)/python autograde/course.py publish $(NB) --into published
+
+# A fresh copy each time (Lab saves outputs into the notebook it opens); the folder holds
+# nothing but the demo, so nothing else shows in Lab's file browser; demo/jupyter hides
+# nbgrader's menus and panels.
+demo: setup
+	mkdir -p $(DEMO_DIR)
+	cp demo/copy_on_write.ipynb $(DEMO_DIR)/
+	cd $(DEMO_DIR) && PH_DEMO_NOTEBOOK="$(if $(NOTEBOOK),$(abspath $(NOTEBOOK)))" \
+		JUPYTER_CONFIG_PATH="$(CURDIR)/demo/jupyter" ../$(BIN)/jupyter lab copy_on_write.ipynb $(LAB_ARGS)
+
+demo-html: setup
+	mkdir -p $(DEMO_DIR)
+	$(BIN)/python -m paged_helpers.widgets.lecture --html $(DEMO_DIR)/cow_story.html \
+		$(if $(NOTEBOOK),--notebook "$(abspath $(NOTEBOOK))")
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

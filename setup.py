@@ -13,5 +13,5 @@ DATA_PACKAGE = "paged_helpers.course_data.files"
 setup(
     packages=[*find_packages(include=["paged_helpers", "paged_helpers.*"]), DATA_PACKAGE],
     package_dir={DATA_PACKAGE: "data"},
-    package_data={"paged_helpers": ["py.typed"], DATA_PACKAGE: ["*.*", "SHA256SUMS", "*/*"]},
+    package_data={"paged_helpers": ["py.typed", "widgets/frontend/*.js"], DATA_PACKAGE: ["*.*", "SHA256SUMS", "*/*"]},
 )

@@ -56,8 +56,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyter_lab(folder: Path, state: Path, log: Path, timeout: float = 60) -> Iterator[Lab]:
+def jupyter_lab(
+    folder: Path, state: Path, log: Path, timeout: float = 60, extra_env: dict[str, str] | None = None
+) -> Iterator[Lab]:
     """JupyterLab serving ``folder``; its config, runtime and settings live under ``state``.
+
+    ``extra_env`` is added to the server's environment (for example JUPYTER_CONFIG_PATH, as
+    ``make demo`` sets it).
 
     The server's output goes to ``log`` (never to the test's stderr). It is stopped, with its
     kernels, by its own process group when the block ends.
@@ -84,6 +89,7 @@ def jupyter_lab(folder: Path, state: Path, log: Path, timeout: float = 60) -> It
         **os.environ,
         **{k: str(v) for k, v in dirs.items()},
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        **(extra_env or {}),
     }
     command = [
         sys.executable,
@@ -166,3 +172,22 @@ def error_outputs(page) -> list[str]:
         "[data-mime-type='application/vnd.jupyter.stderr']",
         "nodes => nodes.map(n => n.innerText.slice(0, 600))",
     )
+
+
+def solution_snippets(notebook: Path, shortest: int = 12) -> list[str]:
+    """Lines of ``notebook``'s solution and hidden-test regions, long enough to be telling:
+    none of them may appear on a page that an audience or a learner sees."""
+    import nbformat
+
+    snippets = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        inside = False
+        for line in cell.source.splitlines():
+            marker = line.strip()
+            if marker in ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"):
+                inside = True
+            elif marker in ("### END SOLUTION", "### END HIDDEN TESTS"):
+                inside = False
+            elif inside and len(marker) >= shortest and not marker.startswith("#"):
+                snippets.append(marker)
+    return snippets

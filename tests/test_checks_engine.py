@@ -20,6 +20,11 @@ NOTEBOOK = "08_continuous_batching"
 EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "05_prefix_caching")
 
 
+def _right_engine():
+    """The instructor's engine, for wrong engines that change one thing around its method."""
+    return solution(NOTEBOOK, "ContinuousBatchingEngine")
+
+
 @pytest.fixture(scope="module")
 def right():
     return (
@@ -151,7 +156,7 @@ def _advance_without_remember(self, plan, logits):
 
     self.prefix_cache = Forgetful()
     try:
-        return type(self).__mro__[1]._advance(self, plan, logits)
+        return _right_engine()._advance(self, plan, logits)
     finally:
         self.prefix_cache = prefix_cache
 
@@ -175,9 +180,180 @@ def _admit_unrecorded(self):
     metrics = self.metrics
     self.metrics = type(metrics)()
     try:
-        type(self).__mro__[1]._admit(self)
+        _right_engine()._admit(self)
     finally:
         self.metrics = metrics
+
+
+def _reserve_preempting_oldest(self, plan):
+    """Preempts running[0], the oldest, instead of the newest."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                free_before = self.cache.allocator.num_free
+                self._make_room(free_before + self.cache.blocks_needed(count) + 1)
+                if self.cache.allocator.num_free == free_before:
+                    self._preempt(self.running[0])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _reserve_preempting_first(self, plan):
+    """On MemoryError preempts at once, never asking the prefix cache to evict."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                self._preempt(self.running[-1])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _reserve_evicting_too_little(self, plan):
+    """Asks the prefix cache for one block, forgetting that evict counts the blocks free in all."""
+    for seq, count in plan:
+        while seq in self.running:
+            try:
+                self.cache.reserve(seq.seq_id, count)
+                break
+            except MemoryError:
+                free_before = self.cache.allocator.num_free
+                self.prefix_cache.evict(1)
+                if self.cache.allocator.num_free == free_before:
+                    self._preempt(self.running[-1])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _preempt_to_back(self, seq):
+    """Puts the preempted sequence at the back of the queue, behind newer arrivals."""
+    self.cache.free(seq.seq_id)
+    seq.num_cached = 0
+    self.running.remove(seq)
+    self.waiting.append(seq)
+    self.metrics.record_preemption(seq)
+
+
+def _admit_newest_first(self):
+    """Admits from the back of the queue (LIFO)."""
+    while self.waiting:
+        seq = self.waiting[-1]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.pop()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_if_own_blocks_fit(self):
+    """Admits while the sequence's own blocks fit, forgetting what running prefills still need."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        if self.running and not self._make_room(self._blocks_to_come(seq)):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_without_undo(self):
+    """Leaves a refused sequence created in the cache (no cache.free after attach)."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_counting_refused_hits(self):
+    """Records the admission (and its prefix hits) before knowing whether it sticks."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        self.metrics.record_admission(seq, reused)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+
+
+def _plan_without_budget(self):
+    """Every prefilling sequence gets a full chunk: the step's token budget is ignored."""
+    plan = [(seq, 1) for seq in self.running if not seq.is_prefilling]
+    plan += [(seq, min(self.chunk_size, seq.num_pending)) for seq in self.running if seq.is_prefilling]
+    return plan
+
+
+def _plan_without_chunks(self):
+    """Prefills as much of a prompt as the budget allows: chunk_size is ignored."""
+    plan = [(seq, 1) for seq in self.running if not seq.is_prefilling]
+    budget = self.max_step_tokens - len(plan)
+    for seq in self.running:
+        if seq.is_prefilling and budget > 0:
+            count = min(seq.num_pending, budget)
+            plan.append((seq, count))
+            budget -= count
+    return plan
+
+
+def _plan_prefill_first(self):
+    """Prefill chunks first; decoders only with what is left of the budget."""
+    plan, budget = [], self.max_step_tokens
+    for seq in self.running:
+        if seq.is_prefilling and budget > 0:
+            count = min(self.chunk_size, seq.num_pending, budget)
+            plan.append((seq, count))
+            budget -= count
+    for seq in self.running:
+        if not seq.is_prefilling and budget > 0:
+            plan.append((seq, 1))
+            budget -= 1
+    return plan
+
+
+def _add_request_rejecting_busy(self, request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0):
+    """Refuses a request that does not fit the free blocks now, though it fits the pool."""
+    needed = self.cache.blocks_needed(len(prompt) + max_new_tokens)
+    if needed > self.cache.allocator.num_free:
+        raise ValueError(f"request {request_id!r} does not fit")
+    _right_engine().add_request(self, request_id, prompt, max_new_tokens, n, seed, temperature)
+
+
+def _fork_by_shallow_copy(self, parent):
+    """copy.copy(parent) for each sample: the children share the parent's output list."""
+    import copy
+
+    seed = self.request_seeds[parent.request_id]
+    children = []
+    for index in range(1, parent.n):
+        child = copy.copy(parent)
+        child.seq_id, child.sample_index, child.seed = f"{parent.request_id}/{index}", index, sample_seed(seed, index)
+        child.forked = True
+        self.cache.fork(parent.seq_id, child.seq_id)
+        children.append(child)
+    parent.forked = True
+    self.running.extend(children)
+    return children
 
 
 WRONG = {
@@ -194,6 +370,19 @@ WRONG = {
     "samples_mid_prompt": dict(_advance=_advance_sampling_every_chunk),
     "never_evicts_prefix_cache": dict(_make_room=_make_room_without_eviction),
     "admissions_not_recorded": dict(_admit=_admit_unrecorded),
+    "preempts_oldest": dict(_reserve=_reserve_preempting_oldest),
+    "preempts_before_evicting": dict(_reserve=_reserve_preempting_first),
+    "preempted_to_back_of_queue": dict(_preempt=_preempt_to_back),
+    "evicts_too_little": dict(_reserve=_reserve_evicting_too_little),
+    "admits_newest_first": dict(_admit=_admit_newest_first),
+    "admits_without_room": dict(_admit=_admit_if_own_blocks_fit),
+    "no_undo_after_refused_admission": dict(_admit=_admit_without_undo),
+    "counts_hits_of_refused_admissions": dict(_admit=_admit_counting_refused_hits),
+    "ignores_step_budget": dict(_plan=_plan_without_budget),
+    "ignores_chunk_size": dict(_plan=_plan_without_chunks),
+    "decoders_only_with_leftover_budget": dict(_plan=_plan_prefill_first),
+    "rejects_requests_that_fit_later": dict(add_request=_add_request_rejecting_busy),
+    "fork_by_shallow_copy": dict(_fork_samples=_fork_by_shallow_copy),
 }
 
 MESSAGES = {
@@ -201,9 +390,9 @@ MESSAGES = {
     "no_reserve_before_forward": ("batching", ["reserved before the forward pass", "call cache.reserve"]),
     "waits_instead_of_preempting": (
         "preemption",
-        ["stopped making progress", "livelock", "preempt the newest"],
+        ["every running sequence decodes", "the plan minus the preempted", "no running sequence is skipped"],
     ),
-    "preempt_keeps_blocks": ("preemption", ["still holds", "cache.free(seq_id) before it is admitted again"]),
+    "preempt_keeps_blocks": ("preemption", ["left `running` but still hold", "cache.free(seq_id)"]),
     "preemption_not_counted": ("preemption", ["metrics.preemptions", "record_preemption"]),
     "chunk_positions_from_zero": ("batching", ["positions", "starts at position", "num_cached + 1"]),
     "accepts_impossible_request": ("rejection", ["ValueError at once", "the request was accepted"]),
@@ -216,9 +405,22 @@ MESSAGES = {
     "samples_mid_prompt": ("batching", ["differs from its solo run", "sample only when"]),
     "never_evicts_prefix_cache": (
         "preemption",
-        ["stopped making progress", "evict from the prefix cache first"],
+        ["evict before preempting", "could have been evicted", "prefix_cache.evict"],
     ),
     "admissions_not_recorded": ("batching", ["metrics.prefix_hit_tokens", "record_admission(seq, reused)"]),
+    "preempts_oldest": ("preemption", ["preempt the newest", "running[-1]"]),
+    "preempts_before_evicting": ("preemption", ["evict before preempting", "prefix_cache.evict"]),
+    "preempted_to_back_of_queue": ("preemption", ["preempted to the front", "waiting.appendleft"]),
+    "evicts_too_little": ("preemption", ["evict before preempting", "more than are free now"]),
+    "admits_newest_first": ("batching", ["admission order", "front of `waiting`"]),
+    "admits_without_room": ("preemption", ["admit only with room", "_blocks_to_come"]),
+    "no_undo_after_refused_admission": ("preemption", ["undo a refused admission", "cache.free(seq_id)"]),
+    "counts_hits_of_refused_admissions": ("preemption", ["prefix hits that stick", "after the room check"]),
+    "ignores_step_budget": ("batching", ["token budget", "budget left"]),
+    "ignores_chunk_size": ("batching", ["chunk size", "min(chunk_size"]),
+    "decoders_only_with_leftover_budget": ("batching", ["every running sequence decodes", "before any prompt chunk"]),
+    "rejects_requests_that_fit_later": ("rejection", ["refuse only requests that can never fit", "whole pool"]),
+    "fork_by_shallow_copy": ("sampling", ["own output list", "copy.copy"]),
 }
 
 
@@ -252,3 +454,58 @@ def test_release_says_not_implemented_yet(tmp_path, right, part):
     released = release_definition(tmp_path, NOTEBOOK, "ContinuousBatchingEngine", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_engine(released, right[1], right[2], parts=part)
+
+
+def _prefix_cache_evicting_in_use(prefix_class):
+    """A prefix cache whose evict drops the least recently used entries whether or not they are in use."""
+
+    class EvictsInUse(prefix_class):
+        def evict(self, blocks_wanted):
+            allocator = self.cache.allocator
+            for key in list(self.entries):
+                if allocator.num_free >= blocks_wanted:
+                    break
+                allocator.release(self.entries.pop(key))
+
+    return EvictsInUse
+
+
+def test_eviction_of_blocks_in_use_is_named(right, failing_message):
+    engine, cache, prefix = right
+    message = failing_message(
+        lambda *impl: check_engine(*impl, parts="preemption"), engine, cache, _prefix_cache_evicting_in_use(prefix)
+    )
+    assert "never evict blocks in use" in message and "reference count 1" in message, message
+
+
+def test_eviction_workload_needs_eviction(right, failing_message):
+    """The workload where only eviction lets the oldest request go on, on its own."""
+    from paged_helpers.checks import engine as engine_check
+
+    engine, cache, prefix = right
+    engine_check._part_eviction(engine, cache, prefix)
+    wrong = type("preempts_before_evicting", (engine,), WRONG["preempts_before_evicting"])
+    message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
+    assert "evict before preempting 'whole_pool'" in message and "could have been evicted" in message, message
+
+
+def test_refusal_while_serving_names_the_rule(right, failing_message):
+    """A request refused mid-workload (the pool is busy, not too small) is named as such, not as a crash."""
+    from paged_helpers.checks import engine as engine_check
+
+    engine, cache, prefix = right
+    wrong = type("rejects_requests_that_fit_later", (engine,), WRONG["rejects_requests_that_fit_later"])
+    message = failing_message(engine_check._part_eviction, wrong, cache, prefix)
+    assert "refuse only requests that can never fit" in message and "whole pool" in message, message
+
+
+def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
+    """Behind the rule 'admit only with room': an engine admitting without room preempts 18 times for 6
+    requests (the instructor's engine: 7), past the ceiling of two per request."""
+    from paged_helpers.checks import engine_rules
+
+    engine, cache, prefix = right
+    monkeypatch.setattr(engine_rules, "blocks_to_come", lambda cache, seq: 0)  # the room rule sees no need
+    wrong = type("admits_without_room", (engine,), WRONG["admits_without_room"])
+    message = failing_message(lambda *impl: check_engine(*impl, parts="preemption"), wrong, cache, prefix)
+    assert "at most 12 (two per request)" in message and "preemptions" in message, message

@@ -8,16 +8,19 @@ subclasses of them, each a mistake a learner makes.
 
 from __future__ import annotations
 
+import re
 from html import escape
 from html.parser import HTMLParser
 
 import pytest
 import torch
 
-from paged_helpers.widgets import BlockTableView, CowDemo, PrefixCacheView, palette
+from paged_helpers.widgets import DEFAULT_STORY, BlockTableView, CowDemo, PrefixCacheView, Step, Story, palette, render
 from paged_helpers.widgets.display import NBGRADER_VARIABLE
+from paged_helpers.widgets.kernel_watch import KernelWatch
 
-from conftest import solution
+from browser_support import solution_snippets
+from conftest import NOTEBOOKS, solution
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +227,7 @@ def test_demo_buttons_drive_the_same_steps(PagedKVCache):
     assert controls["sequence"].options == ("A", "C")
     controls["presentation"].value = True
     assert demo.presentation and "font-size:24px" in widget.children[-1].value
+    assert elements(widget.children[-1].value, "ph-free-count")  # the pool is compact on a projector
     assert controls["create"].style.font_size == "24px"
     controls["reset"].click()
     assert controls["sequence"].options == () and controls["write"].disabled
@@ -417,3 +421,256 @@ def test_colours_stay_with_their_sequence(PagedKVCache):
     view.refresh()
     assert view.colours("C") == colour_of_c
     assert html.count(f"background:{colour_of_c}") >= 1
+
+
+def test_ten_sequences_get_ten_distinct_looks_and_readable_text():
+    colours = palette.SequenceColours()
+    labels = [chr(ord("A") + i) for i in range(21)]
+    looks = [(colours(label), colours.pattern(label)) for label in labels]
+    assert len(set(looks[:10])) == 10 and len(set(looks)) == 21
+    for colour in palette.SEQUENCE_COLOURS:  # the text reads on both colours of a patterned chip
+        text = palette.text_on(colour)
+        assert palette.contrast(palette.pattern_partner(colour), text) >= palette.contrast(colour, text) >= 4.5
+    chips = elements(render.chip("H", palette.SEQUENCE_COLOURS[0], pattern="stripes"), "ph-chip")
+    assert chips[0]["data-pattern"] == "stripes" and "repeating-linear-gradient" in chips[0]["style"]
+    with pytest.raises(ValueError, match="pattern must be one of"):
+        palette.background("#000000", "plaid")
+
+
+# ----- compact pools and presentation sizes -----------------------------------------------------
+
+
+def test_a_large_pool_is_drawn_compactly(PagedKVCache):
+    cache = make_cache(PagedKVCache, num_blocks=64)
+    cache.create("A")
+    write(cache, "A", 10)
+    cache.fork("A", "B")
+    view = BlockTableView(cache)
+    assert view.drawn_compact  # more than COMPACT_ABOVE blocks
+    html = view.to_html()
+    in_use = [b for b, r in enumerate(cache.allocator.refs) if r > 0]
+    assert [int(t["data-block"]) for t in elements(html, "ph-block")] == in_use
+    (free,) = elements(html, "ph-free-count")
+    assert int(free["data-free"]) == 64 - len(in_use) == cache.allocator.num_free
+    assert f"{64 - len(in_use)} free" in html and f"{len(in_use)}\u201363" in html
+    view.compact = False
+    assert len(elements(view.to_html(), "ph-block")) == 64
+    assert not BlockTableView(make_cache(PagedKVCache)).drawn_compact
+
+
+def _font_sizes(html: str) -> list[str]:
+    return [size.strip() for size in re.findall(r"font-size:\s*([^;\"]+)", html)]
+
+
+def test_presentation_pictures_never_shrink_text(PagedKVCache, PrefixCache):
+    demo = CowDemo(PagedKVCache, presentation=True)
+    demo.create()
+    demo.fork()
+    demo.write()
+    view = PrefixCacheView(PrefixCache(make_cache(PagedKVCache)), presentation=True)
+    view.attach("r1", list(range(10)))
+    for html in (demo.to_html(), view.to_html(), Story(PagedKVCache).frame):
+        for size in _font_sizes(html):
+            if size.endswith("em"):
+                assert float(size[:-2]) >= 1, (size, html[:200])
+            else:
+                assert size == f"{render.PRESENTATION_FONT_PX}px", size
+    normal = CowDemo(PagedKVCache).to_html()
+    smallest = min(float(s[:-2]) for s in _font_sizes(normal) if s.endswith("em"))
+    assert smallest * render.NORMAL_FONT_PX >= 12  # notes in a notebook are readable too
+
+
+# ----- Story ---------------------------------------------------------------------------------------
+
+
+def test_story_announces_each_step_before_it_runs(PagedKVCache):
+    story = Story(PagedKVCache)
+    assert story.position == 0 and story.total == len(DEFAULT_STORY) == 9
+    said = []
+    while story.position < story.total:
+        said.append((story.announcement, story.frame))
+        story.forward()
+        said[-1] += (story.message,)
+    announced = [a for a, _, _ in said]
+    assert announced[0].startswith("create A with a 6-token prompt")
+    assert announced[1].startswith("fork A into B") and announced[3].startswith("fork A into D")
+    assert "which 4 tables share. Watch for the copy" in announced[4]
+    assert said[4][2] == "block 1 was shared by 4 tables: copied to block 2 before writing D's token"
+    assert "which 3 tables share" in announced[5] and "A's own" in announced[6]
+    assert "no copy needed" in said[6][2]
+    assert announced[8].startswith("free C: block 1, held by C alone, goes back to the free list")
+    assert said[8][2].startswith("freed C: block 1 back on the free list")
+    for announcement, frame, _ in said:  # the frame on screen carries the announcement
+        assert escape(f"{announcement}") in frame
+    assert "that was the story" in story.announcement
+    story.forward()  # past the end: nothing happens
+    assert story.position == story.total
+
+
+def test_story_goes_back_to_the_very_same_frame(PagedKVCache):
+    story = Story(PagedKVCache)
+    seen = [story.frame]
+    for _ in range(story.total):
+        story.forward()
+        seen.append(story.frame)
+    for position in range(story.total, 0, -1):
+        assert story.frame == seen[position]
+        story.back()
+    assert story.position == 0 and story.frame == seen[0]
+    story.back()  # before the start: nothing happens
+    assert story.position == 0
+    story.go(5)
+    assert story.frame == seen[5] and story.demo.view.copies  # the copy is marked after a replay too
+    assert story.frames() == seen and story.position == 5  # frames() leaves the story where it was
+    story.restart()
+    assert story.frame == seen[0]
+    with pytest.raises(ValueError, match="between 0 and 9"):
+        story.go(10)
+
+
+def test_story_of_an_unfinished_class_says_so(PagedKVCache):
+    class Unfinished(PagedKVCache):
+        def fork(self, parent, child):
+            raise NotImplementedError()
+
+    story = Story(Unfinished)
+    story.go(2)
+    assert story.message.startswith("Unfinished.fork is not implemented yet")
+    assert escape(story.message) in story.frame
+
+
+def test_steps_refuse_bad_input():
+    with pytest.raises(ValueError, match="action must be one of"):
+        Step("copy", "A")
+    with pytest.raises(ValueError, match="tokens >= 1"):
+        Step("create")
+    with pytest.raises(ValueError, match="needs the sequence"):
+        Step("fork")
+    with pytest.raises(TypeError, match="non-empty sequence of Step"):
+        Story(object, steps=[])
+
+
+def test_static_export_holds_every_frame_in_order(PagedKVCache, tmp_path):
+    story = Story(PagedKVCache, source="04_fork_and_copy_on_write.ipynb")
+    frames = story.frames()
+    page = story.export_html(tmp_path / "story.html").read_text()
+    slides = elements(page, "ph-slide")
+    assert [int(s["data-step"]) for s in slides] == list(range(story.total + 1))
+    positions = 0
+    for frame in frames:
+        positions = page.index(frame, positions)  # verbatim, and in order
+    assert "<script>" in page and "fitText" in page and "PageDown" in page
+    assert "http" not in page.replace("http-equiv", "")  # nothing to fetch: works offline
+
+
+def test_story_shows_no_solution_code(PagedKVCache, tmp_path):
+    story = Story(PagedKVCache)
+    page = story.export_html(tmp_path / "story.html").read_text()
+    snippets = solution_snippets(NOTEBOOKS / "04_fork_and_copy_on_write.ipynb")
+    assert snippets and not [s for s in snippets if s in page or escape(s) in page]
+
+
+def test_story_widget_answers_requests(PagedKVCache):
+    story = Story(PagedKVCache)
+    widget = story.widget
+    assert widget.frame == story.frame and widget.total == 9 and widget.served == 0
+    widget._handle(widget, {"action": "next", "request": 1}, [])
+    widget._handle(widget, {"action": "next", "request": 2}, [])
+    assert story.position == widget.position == 2 and widget.served == 2 and widget.frame == story.frame
+    widget._handle(widget, {"action": "back", "request": 3}, [])
+    assert widget.position == 1 and widget.served == 3
+    widget._handle(widget, {"action": "end", "request": 4}, [])
+    assert widget.position == 9
+    widget._handle(widget, {"action": "restart", "request": 5}, [])
+    widget._handle(widget, {"action": "format the disk", "request": 6}, [])
+    assert widget.position == 0 and widget.served == 6  # an unknown request is answered, not run
+    assert "ph-story-stage" in widget._esm and "jupyter-widgets-disconnected" in widget._esm
+    bundle = story._repr_mimebundle_()
+    assert {"application/vnd.jupyter.widget-view+json", "text/html", "text/plain"} <= set(bundle)
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == widget.model_id
+
+
+def test_every_live_widget_watches_its_kernel(PagedKVCache, PrefixCache):
+    cache = make_cache(PagedKVCache)
+    for shown in (CowDemo(PagedKVCache), BlockTableView(cache), PrefixCacheView(PrefixCache(cache))):
+        assert any(isinstance(child, KernelWatch) for child in shown.widget.children), shown
+    assert "KERNEL_GONE" in KernelWatch._esm and "jupyter-widgets-disconnected" in KernelWatch._esm
+
+
+def test_story_is_static_while_nbgrader_executes(PagedKVCache, monkeypatch):
+    monkeypatch.setenv(NBGRADER_VARIABLE, "autograde")
+    story = Story(PagedKVCache)
+    assert set(story._repr_mimebundle_()) == {"text/html", "text/plain"} and story._widget is None
+
+
+def test_prefix_view_labels_tokens_with_token_text(PagedKVCache, PrefixCache):
+    cache = make_cache(PagedKVCache)
+    prefix_cache = PrefixCache(cache)
+    view = PrefixCacheView(prefix_cache, token_text=lambda token: f"w{token}")
+    prompt = list(range(9))
+    view.attach("r1", prompt)
+    write(cache, "r1", len(prompt))
+    view.remember("r1", prompt)
+    assert "w5 w6 w7" in view.to_html()
+    assert "5 6 7" in PrefixCacheView(prefix_cache).to_html()  # ids by default
+    with pytest.raises(TypeError, match="token_text must be a callable"):
+        PrefixCacheView(PrefixCache(cache), token_text="words")
+
+
+# ----- the lecture demo --------------------------------------------------------------------------
+
+DEMO_NOTEBOOK = NOTEBOOKS.parent / "demo" / "copy_on_write.ipynb"
+
+
+def test_presentation_notebook_is_no_assignment_and_shows_no_code():
+    import json
+
+    notebook = json.loads(DEMO_NOTEBOOK.read_text())
+    assert DEMO_NOTEBOOK.parent != NOTEBOOKS  # not an nbgrader assignment, not a checked notebook
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert code and all(cell["metadata"].get("jupyter", {}).get("source_hidden") for cell in code)
+    assert not any("nbgrader" in cell["metadata"] for cell in notebook["cells"])
+    assert not any(cell.get("outputs") or cell.get("execution_count") for cell in code)
+    source = "".join("".join(cell["source"]) for cell in code)
+    for part in ("lectures.load()", "lecture.story()", "lecture.block_tables()", "lecture.prefix_cache()"):
+        assert part in source
+
+
+def test_lecture_loads_a_learners_folder_and_says_what_to_do_otherwise(tmp_path, monkeypatch):
+    import shutil
+
+    from paged_helpers.notebook_loader import NotebookLoadError
+    from paged_helpers.widgets import lecture
+
+    for stem in ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write"):
+        shutil.copy(NOTEBOOKS / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    monkeypatch.setenv(lecture.NOTEBOOK_VARIABLE, str(tmp_path / "04_fork_and_copy_on_write.ipynb"))
+    learners = lecture.load()
+    assert learners.notebook == tmp_path / "04_fork_and_copy_on_write.ipynb"
+    assert learners.PrefixCache is None  # no 05 beside it: the prefix-cache scene says so
+    with pytest.raises(NotebookLoadError, match="the prefix-cache demo needs it"):
+        learners.prefix_cache()
+    story = learners.story()
+    story.go(story.total)
+    assert "04_fork_and_copy_on_write.ipynb" in story.title and "freed C" in story.message
+    assert lecture.load(tmp_path).notebook == learners.notebook  # the folder will do
+    with pytest.raises(NotebookLoadError, match="make demo NOTEBOOK="):
+        lecture.load(tmp_path / "missing.ipynb")
+    monkeypatch.setenv(lecture.NOTEBOOK_VARIABLE, "")
+    assert lecture.load().notebook == NOTEBOOKS / "04_fork_and_copy_on_write.ipynb"  # the default
+
+
+def test_lecture_scenes_show_ten_sequences_compactly(PagedKVCache, PrefixCache, tmp_path, capsys):
+    from paged_helpers.widgets import lecture
+
+    shown = lecture.Lecture(PagedKVCache, PrefixCache, NOTEBOOKS / "04_fork_and_copy_on_write.ipynb")
+    tables = shown.block_tables()
+    assert len(tables.tables) == 10 and tables.drawn_compact and tables.presentation
+    assert len({(tables.colours(s), tables.colours.pattern(s)) for s in tables.tables}) == 10
+    assert tables.problems == []
+    prefix = shown.prefix_cache()
+    assert len(prefix.requests) == 10 and prefix.view.drawn_compact
+    assert [r["reused"] for r in prefix.requests] == [0] + [12] * 9  # the system prompt's 3 blocks
+    assert elements(prefix.to_html(), "ph-free-count")
+    assert lecture.main(["--html", str(tmp_path / "story.html"), "--notebook", str(NOTEBOOKS)]) == 0
+    assert "10 frames" in capsys.readouterr().out and (tmp_path / "story.html").stat().st_size > 10_000

@@ -1,37 +1,38 @@
-"""check_engine: notebook 08's continuous-batching engine on the learner's paged cache.
+"""check_engine: notebook 08's continuous-batching engine on the learner's paged cache, end to end.
 
 The check serves small seeded workloads with the tiny model and compares against each
-request run alone (``serving.solo_run``). It watches the engine through a subclass of the
-learner's own cache and prefix cache, which change nothing but record, and stop the run at
-the first write that breaks a rule:
+request run alone (``serving.solo_run``). Greedy outputs do not depend on the schedule, so
+it also watches the schedule (``engine_watch``): subclasses of the learner's engine, cache and
+prefix cache that change nothing, record every phase of every step, and stop the run at the
+first broken rule of ``engine_rules`` (admission order, room, undo, prefix hits that stick;
+every decoder in every plan, chunk size, token budget; evict before preempting, the newest as
+victim, back at the front of the queue; no eviction of a block in use), and at the first write
+at the wrong positions or into a block not reserved, or shared, before the forward pass.
 
-  * every write: its positions must continue where the sequence's cached tokens end, and
-    its blocks must have been reserved (and not be shared) before the forward pass;
-  * creations after a free: a sequence freed after computing something and created again
-    was preempted and resumed;
-  * forks, and how many times each prompt position was computed;
-  * the tokens the prefix cache handed out.
+Parts (``parts=``), each a separate graded cell in the notebook (the stage checks in
+``engine_stages`` come before them):
 
-Parts (``parts=``), each a separate graded cell in the notebook:
-
-  batching     staggered arrivals, chunked prefill, mixed decode batches, prefix hits;
-               outputs equal solo runs; every block back on the free list afterwards
+  batching     two bursts of four requests, chunked prefill competing for the step's budget
+               with decoders, prefix hits; outputs equal solo runs; every block back on the
+               free list afterwards
   preemption   a pool too small for the whole batch: preemption must happen, be counted in
-               the metrics, and the outputs still equal solo runs; no block leaks
-  rejection    a request that can never fit is refused by add_request (ValueError), one that
-               exactly fits is served
+               the metrics, stay under two per request, and the outputs still equal solo
+               runs; then a workload where only eviction lets the oldest (only) request go on
+  rejection    a request that can never fit is refused by add_request (ValueError); one that
+               exactly fits the pool is accepted while another runs, and served
   sampling     n = 4 seeded samples: one prefill, n - 1 forks, distinct samples, each equal to
                its solo run with its own seed, and the same seed gives the same samples
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 
-from ..model import tiny_qwen3
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
+from .engine_watch import Refused, Watch, build, model
 from .report import CheckFailed, call_learner, check, fail
 
 __all__ = ["check_engine", "PARTS"]
@@ -42,22 +43,19 @@ CHUNK_SIZE = 8
 STEP_TOKENS = 24
 
 
-@functools.cache
-def _model():
-    return tiny_qwen3(seed=0, device="cpu")
-
-
 def _batching_workload() -> list[Request]:
-    """Eight requests, one every other step, most opening with the same 12-token system prompt."""
-    return serving_workload(
+    """Eight requests, many opening with the same 12-token system prompt, in two bursts of four:
+    at step 0 their prefills compete for the step's budget; at step 6 they compete with the
+    first burst's decoders."""
+    requests = serving_workload(
         count=8,
         prompt_range=(5, 30),
         output_range=(4, 10),
         shared_prefix_share=0.5,
         shared_prefix_tokens=12,
-        arrival_every=2,
         seed=4,
     )
+    return [dataclasses.replace(r, arrival_step=0 if i < 4 else 6) for i, r in enumerate(requests)]
 
 
 def _pressure_workload() -> list[Request]:
@@ -77,150 +75,15 @@ def _pressure_workload() -> list[Request]:
 def _solo(key: tuple[tuple[int, ...], int, float, int]) -> list[int]:
     prompt, max_new_tokens, temperature, seed = key
     with one_thread():
-        return solo_run(_model(), list(prompt), max_new_tokens, temperature, seed)
+        return solo_run(model(), list(prompt), max_new_tokens, temperature, seed)
 
 
 def _solo_greedy(requests: list[Request]) -> dict[str, list[list[int]]]:
     return {r.request_id: [_solo((tuple(r.prompt), r.max_new_tokens, 0.0, 0))] for r in requests}
 
 
-class _Watch:
-    """What the watched cache and prefix cache saw (owned by one scenario)."""
-
-    def __init__(self) -> None:
-        self.worked_on: set[object] = set()  # sequences written to since their creation
-        self.preempted: set[object] = set()  # freed after being written to; not yet created again
-        self.readmitted: Counter[object] = Counter()
-        self.forks: list[tuple[object, object]] = []
-        self.writes: Counter[tuple[object, int]] = Counter()  # (seq, position) -> times computed
-        self.reused_tokens = 0
-
-
-def _watched_classes(cache_class, prefix_class, watch: _Watch):
-    """Subclasses of the learner's classes that record what happens and stop a bad write."""
-
-    class WatchedCache(cache_class):
-        def create(self, seq):
-            if seq in self.tables:
-                fail(
-                    f"creating sequence {seq!r}",
-                    f"{seq!r} absent from the cache (never created, or freed since)",
-                    f"{seq!r} still holds {len(self.tables[seq])} block(s)",
-                    "a sequence that leaves the running batch (preempted or finished) must give its blocks "
-                    "back with cache.free(seq_id) before it is admitted again",
-                )
-            if seq in watch.preempted:
-                watch.readmitted[seq] += 1
-                watch.preempted.discard(seq)
-            return super().create(seq)
-
-        def free(self, seq):
-            # A sequence freed after computing something and created again later was preempted.
-            # (Freed before any write, e.g. an admission undone for lack of room, it lost nothing.)
-            if seq in watch.worked_on:
-                watch.preempted.add(seq)
-                watch.worked_on.discard(seq)
-            return super().free(seq)
-
-        def fork(self, parent, child):
-            watch.forks.append((parent, child))
-            return super().fork(parent, child)
-
-        def update(self, layer, k, v, positions, *args, **kwargs):
-            if layer == 0:
-                _verify_write(self, positions, watch)
-            return super().update(layer, k, v, positions, *args, **kwargs)
-
-    WatchedCache.__name__ = WatchedCache.__qualname__ = cache_class.__name__
-
-    class WatchedPrefixCache(prefix_class):
-        def attach(self, seq, prompt):
-            reused = super().attach(seq, prompt)
-            watch.reused_tokens += int(reused)
-            return reused
-
-    WatchedPrefixCache.__name__ = WatchedPrefixCache.__qualname__ = prefix_class.__name__
-    return WatchedCache, WatchedPrefixCache
-
-
-def _verify_write(cache, positions, watch: _Watch) -> None:
-    """Positions continue each sequence; their blocks exist and belong to it alone."""
-    batch = list(cache.batch)
-    rows = positions.expand(len(batch), -1) if positions.ndim == 1 else positions
-    size = cache.block_size
-    for row, seq in enumerate(batch):
-        written = [int(p) for p in rows[row]]
-        cached = cache.lengths[seq]
-        expected = list(range(cached, cached + len(written)))
-        if written != expected:
-            resumed = (
-                f" This sequence was preempted earlier ({watch.readmitted[seq]} time(s)): its blocks were "
-                "freed, so it restarts at position 0 (or where the prefix cache's attach left it)."
-                if watch.readmitted[seq]
-                else ""
-            )
-            fail(
-                f"a forward pass wrote sequence {seq!r} at positions {_span(written)}",
-                f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
-                f"chunk starts at position {cached}",
-                f"positions {_span(written)}",
-                "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
-                f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
-            )
-        table = cache.tables[seq]
-        if (written[-1] // size) >= len(table):
-            fail(
-                f"a forward pass wrote sequence {seq!r} up to position {written[-1]}",
-                f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
-                f"{len(table)} block(s) (room for {len(table) * size} tokens)",
-                "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
-                "writes happen inside the forward pass, where running out of blocks can no longer be "
-                "handled",
-            )
-        for position in written:
-            block = table[position // size]
-            if cache.allocator.refs[block] > 1:
-                fail(
-                    f"a forward pass wrote sequence {seq!r} at position {position} into block {block}",
-                    "a block this sequence owns alone (reserve copies a shared block before a write)",
-                    f"block {block} with reference count {cache.allocator.refs[block]}",
-                    "reserve every planned chunk before the forward pass; after a fork, reserve is what "
-                    "copies the shared last block (copy-on-write)",
-                )
-            watch.writes[(seq, position)] += 1
-        watch.worked_on.add(seq)
-
-
-def _span(positions: list[int]) -> str:
-    if not positions:
-        return "(none)"
-    return str(positions[0]) if len(positions) == 1 else f"{positions[0]}..{positions[-1]}"
-
-
-def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: _Watch):
-    model = _model()
-    config = model.config
-    watched_cache, watched_prefix = _watched_classes(cache_class, prefix_class, watch)
-    cache = call_learner(
-        f"{cache_class.__name__}(...)",
-        watched_cache,
-        config.num_hidden_layers,
-        num_blocks,
-        BLOCK_SIZE,
-        config.num_key_value_heads,
-        config.head_dim,
-    )
-    prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
-    engine = call_learner(
-        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={CHUNK_SIZE}, max_step_tokens={STEP_TOKENS})",
-        engine_class,
-        model,
-        cache,
-        prefix,
-        chunk_size=CHUNK_SIZE,
-        max_step_tokens=STEP_TOKENS,
-    )
-    return engine, cache, prefix
+def _build(engine_class, cache_class, prefix_class, num_blocks: int, watch: Watch):
+    return build(engine_class, cache_class, prefix_class, watch, num_blocks, BLOCK_SIZE, CHUNK_SIZE, STEP_TOKENS)
 
 
 def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[int]]]:
@@ -229,7 +92,17 @@ def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[in
         while not serving.done:
             call_learner("engine.step()", serving.step, scenario=scenario)
     except CheckFailed as error:
-        if isinstance(error.__cause__, EngineStalled):
+        cause = error.__cause__
+        if isinstance(cause, Refused):
+            fail(
+                f"{scenario}: refuse only requests that can never fit",
+                f"every request of this workload accepted: each fits the pool of {len(engine.cache.allocator.refs)} "
+                "blocks alone",
+                f"add_request raised ValueError: {cause}",
+                "compare the request's blocks with the whole pool (len(cache.allocator.refs)), not with the free "
+                "blocks of the moment: room is made later, by waiting, eviction and preemption",
+            )
+        if isinstance(cause, EngineStalled):
             fail(
                 f"{scenario}: the engine stopped making progress",
                 f"all {len(requests)} requests finished within {serving.max_steps} steps",
@@ -281,9 +154,9 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
 
 
 def _part_batching(engine_class, cache_class, prefix_class) -> None:
-    scenario = "eight requests arriving every other step (chunked prefill, mixed decode batches, shared prefix)"
+    scenario = "eight requests, four at step 0 and four at step 6 (chunked prefill, decode batches, shared prefix)"
     requests = _batching_workload()
-    watch = _Watch()
+    watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
     outputs = _serve(engine, requests, scenario)
     _compare_outputs(
@@ -311,11 +184,32 @@ def _part_batching(engine_class, cache_class, prefix_class) -> None:
     _expect_all_blocks_free(scenario, cache, prefix)
 
 
+def _eviction_workload(capacity: int) -> list[Request]:
+    """A request that leaves its prompt in the prefix cache, then one that needs the whole pool."""
+    first, second = serving_workload(count=2, prompt_range=(12, 12), shared_prefix_share=0.0, seed=9)
+    return [
+        Request("cached_prompt", first.prompt, 3),
+        Request("whole_pool", second.prompt[:6], capacity - 6, arrival_step=6),
+    ]
+
+
+def _preemption_bound(requests: list[Request]) -> int:
+    """A generous ceiling on preemptions: two per request.
+
+    Admitting only what fits (every running prefill's blocks counted) lets each admitted prompt
+    complete; what is left is decode growth, which pushes a request out about once (the
+    instructor's engine: 7 preemptions for the 6 requests of the pressure workload). An engine
+    that admits without counting the running prefills needs 18 there; this ceiling is a
+    backstop behind the rule "admit only with room", which catches that engine first.
+    """
+    return 2 * len(requests)
+
+
 def _part_preemption(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 16
     scenario = f"six requests at once in a pool of {num_blocks} blocks of {BLOCK_SIZE} (memory pressure)"
     requests = _pressure_workload()
-    watch = _Watch()
+    watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
     outputs = _serve(engine, requests, scenario)
     preempted = sum(watch.readmitted.values())
@@ -328,6 +222,15 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
             "from the prefix cache, then preempt the newest running sequence (free its blocks, put it back "
             "at the front of the waiting queue)",
         )
+    bound = _preemption_bound(requests)
+    if watch.preemptions > bound:
+        fail(
+            f"{scenario}: preemptions",
+            f"at most {bound} (two per request): admitted sequences whose blocks were counted do not need more",
+            f"{watch.preemptions} preemptions",
+            "admit only while the free blocks (after eviction) cover what every running prefill and the new "
+            "sequence still have to allocate; each preemption throws away computed work",
+        )
     _compare_outputs(
         scenario,
         _solo_greedy(requests),
@@ -335,12 +238,41 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
         f"{preempted} preemption(s) happened: a preempted sequence keeps its output and is recomputed "
         "(prompt + output so far) from position 0, or from what attach returns, before sampling again",
     )
-    if engine.metrics.preemptions < preempted:
+    if engine.metrics.preemptions != watch.preemptions:
         fail(
             f"{scenario}: metrics",
-            f"metrics.preemptions >= {preempted} (sequences freed, then readmitted)",
+            f"metrics.preemptions == {watch.preemptions} (the sequences freed by _reserve before finishing)",
             engine.metrics.preemptions,
             "call self.metrics.record_preemption(seq) once in each preemption",
+        )
+    _expect_all_blocks_free(scenario, cache, prefix)
+    _part_eviction(engine_class, cache_class, prefix_class)
+
+
+def _part_eviction(engine_class, cache_class, prefix_class) -> None:
+    """Only eviction lets the oldest (and only) request continue: preempting it could only repeat."""
+    num_blocks = 8
+    capacity = num_blocks * BLOCK_SIZE
+    scenario = (
+        f"a pool of {num_blocks} blocks: a finished request's prompt stays cached, then a request of "
+        f"exactly {capacity} tokens runs alone"
+    )
+    requests = _eviction_workload(capacity)
+    watch = Watch(scenario)
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
+    outputs = _serve(engine, requests, scenario)
+    _compare_outputs(
+        scenario,
+        _solo_greedy(requests),
+        outputs,
+        "the request running alone must get the cached blocks by eviction and go on",
+    )
+    if watch.preemptions:
+        fail(
+            f"{scenario}: preemptions",
+            "none: the request runs alone and fits the pool once the cached prompt is evicted",
+            f"{watch.preemptions} preemption(s)",
+            "on MemoryError evict from the prefix cache first; the oldest running sequence is never preempted",
         )
     _expect_all_blocks_free(scenario, cache, prefix)
 
@@ -349,7 +281,7 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
     num_blocks = 8
     capacity = num_blocks * BLOCK_SIZE
     scenario = f"a pool of {num_blocks} blocks of {BLOCK_SIZE} tokens ({capacity} tokens)"
-    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, _Watch())
+    engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, Watch(scenario))
     too_long = list(range(1, capacity - 2))
     try:
         engine.add_request("too_long", too_long, 5)
@@ -379,11 +311,33 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
             True,
             "validate before appending the request to the waiting queue",
         )
+    busy = Request("busy", list(range(40, 52)), 4)
     fits = Request("fits_exactly", list(range(1, capacity - 4)), 5)
-    outputs = _serve(engine, [fits], f"{scenario}: a request of exactly {capacity} tokens")
+    serving = Serving(engine, [busy], max_steps=2)
+    while serving.steps < 2:
+        call_learner("engine.step()", serving.step, scenario=scenario)
+    free = cache.allocator.num_free
+    try:
+        engine.add_request(fits.request_id, list(fits.prompt), fits.max_new_tokens)
+    except ValueError as error:
+        fail(
+            f"{scenario}: refuse only requests that can never fit: add_request of {capacity} tokens while "
+            f"{free} block(s) are free",
+            "accepted: the request fits the whole pool, so it can run once the others finish",
+            f"ValueError: {error}",
+            "compare the request's blocks with the whole pool (len(cache.allocator.refs)), not with the free "
+            "blocks of the moment: room is made later, by waiting, eviction and preemption",
+        )
+    scenario = f"{scenario}: a request of exactly {capacity} tokens behind a running one"
+    outputs = serving.outputs
+    serving = Serving(engine, [busy, fits])
+    serving.arriving = []
+    while not serving.done:
+        call_learner("engine.step()", serving.step, scenario=scenario)
+    outputs.update(serving.outputs)
     _compare_outputs(
-        f"{scenario}: a request of exactly {capacity} tokens",
-        _solo_greedy([fits]),
+        scenario,
+        _solo_greedy([busy, fits]),
         outputs,
         "a request that fits the whole pool must be served (alone, after evicting the prefix cache)",
     )
@@ -398,7 +352,7 @@ def _part_sampling(engine_class, cache_class, prefix_class) -> None:
     expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
     runs = []
     for attempt in range(2):
-        watch = _Watch()
+        watch = Watch(scenario)
         engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 64, watch)
         outputs = _serve(engine, [request], scenario, n=n, temperature=temperature, seed=seed)
         got = outputs.get("sampled")
@@ -423,7 +377,7 @@ def _part_sampling(engine_class, cache_class, prefix_class) -> None:
         )
 
 
-def _expect_sampling_structure(scenario, got, expected, prompt, watch: _Watch, n: int, seed: int) -> None:
+def _expect_sampling_structure(scenario, got, expected, prompt, watch: Watch, n: int, seed: int) -> None:
     if len({tuple(sample) for sample in got}) == 1:
         fail(
             f"{scenario}: the samples",

@@ -3,14 +3,20 @@
     BlockTableView(cache, prefix_cache=None)   the pool and every block table; .refresh()
     CowDemo(PagedKVCache)                      the instructor's fork / copy-on-write demo
     PrefixCacheView(prefix_cache)              hits, misses and LRU order of the prefix cache
+    Story(PagedKVCache)                        the demo as announced steps, forward and back, for a
+                                               projector; .export_html(path) for a room without a kernel
+    lecture.load(notebook)                     the presentation notebook's classes and scenes
 
 Modules: ``state`` reads a cache into plain data, ``render`` draws it as HTML, ``palette``
 holds the colour-blind-safe colours, ``display`` decides between live and static (static only
-while nbgrader executes a notebook), and one module per widget.
+while nbgrader executes a notebook), ``stage`` holds the presentation stage's JavaScript (in
+``frontend/``) and the static page, ``kernel_watch`` warns when the kernel is gone, and one
+module per widget.
 """
 
 from .block_table_view import BlockTableView
 from .cow_demo import CowDemo
 from .prefix_cache_view import PrefixCacheView
+from .story import DEFAULT_STORY, Step, Story
 
-__all__ = ["BlockTableView", "CowDemo", "PrefixCacheView"]
+__all__ = ["DEFAULT_STORY", "BlockTableView", "CowDemo", "PrefixCacheView", "Step", "Story"]

@@ -5,7 +5,9 @@
 
 The pool is a grid of physical blocks; each tile shows the sequences using the block (a
 coloured chip with the name), its reference count, how many slots are written, and whether it
-is free or held only by the prefix cache. Under it, each sequence's block table as a row of
+is free or held only by the prefix cache. A pool of more than ``COMPACT_ABOVE`` blocks is drawn
+compactly (the blocks in use, and one tile counting the free ones) unless ``compact`` says
+otherwise. Under it, each sequence's block table as a row of
 logical -> physical entries. Shared blocks have a thick border; a block that copy-on-write has
 just copied has a double border and says "copy of N". Bookkeeping that breaks the chapter's
 invariants (a refcount below the number of tables pointing at a block, a used block on the free
@@ -22,6 +24,9 @@ import traitlets
 from . import display, render
 from .palette import SequenceColours
 from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool
+
+# Pools up to this many blocks are drawn whole; larger ones compactly, unless told otherwise.
+COMPACT_ABOVE = 24
 
 
 class BlockTableView(traitlets.HasTraits):
@@ -50,8 +55,17 @@ class BlockTableView(traitlets.HasTraits):
     problems = traitlets.List()
     error = traitlets.Unicode("")
     presentation = traitlets.Bool(False)
+    compact = traitlets.Bool(None, allow_none=True)
 
-    def __init__(self, cache: Any, prefix_cache: Any = None, *, presentation: bool = False, columns: int = 8):
+    def __init__(
+        self,
+        cache: Any,
+        prefix_cache: Any = None,
+        *,
+        presentation: bool = False,
+        columns: int = 8,
+        compact: bool | None = None,
+    ):
         super().__init__()
         self.cache = cache
         self.prefix_cache = prefix_cache
@@ -62,6 +76,7 @@ class BlockTableView(traitlets.HasTraits):
         self._picture: Any = None
         self._widget: Any = None
         self.presentation = presentation
+        self.compact = compact
         self.refresh()
 
     def set_cache(self, cache: Any, prefix_cache: Any = None) -> None:
@@ -84,6 +99,8 @@ class BlockTableView(traitlets.HasTraits):
         copies = find_copies(self._previous_tables, state.tables) if self._previous_tables is not None else []
         self._previous_tables = {label: list(table) for label, table in state.tables.items()}
         self.state = state
+        for label in state.tables:  # colours follow creation, whether or not this state is drawn
+            self.colours(label)
         with self.hold_trait_notifications():
             self.error = ""
             self.num_blocks = state.num_blocks
@@ -105,7 +122,14 @@ class BlockTableView(traitlets.HasTraits):
         self.error = text
         self._redraw()
 
-    @traitlets.observe("presentation")
+    @property
+    def drawn_compact(self) -> bool:
+        """Whether the picture draws only the blocks in use (``compact``, or a large pool)."""
+        if self.compact is not None:
+            return self.compact
+        return self.num_blocks > COMPACT_ABOVE
+
+    @traitlets.observe("presentation", "compact")
     def _presentation_changed(self, change: dict) -> None:
         self._redraw()
 
@@ -114,7 +138,14 @@ class BlockTableView(traitlets.HasTraits):
         if self.state is None:
             return render.error_box(self.error)
         copies = [Copy(**copy) for copy in self.copies]
-        return render.pool_picture(self.state, self.colours, copies, self.columns)
+        return render.pool_picture(
+            self.state,
+            self.colours,
+            copies,
+            self.columns,
+            compact=self.drawn_compact,
+            presentation=self.presentation,
+        )
 
     def to_html(self) -> str:
         """The static picture (what an HTML export or nbgrader feedback shows)."""
@@ -142,9 +173,11 @@ class BlockTableView(traitlets.HasTraits):
         if self._widget is None:
             import ipywidgets
 
+            from .kernel_watch import KernelWatch
+
             button = ipywidgets.Button(description="Refresh", icon="refresh", tooltip="Read the cache again")
             button.on_click(lambda _button: self.refresh())
-            self._widget = ipywidgets.VBox([self.picture, button])
+            self._widget = ipywidgets.VBox([KernelWatch(), self.picture, button])
             self._widget.add_class("ph-block-table-view-widget")
         return self._widget
 

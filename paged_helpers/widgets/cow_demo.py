@@ -16,7 +16,9 @@ NotImplementedError, a write into a shared block without a copy, a copy that los
 values, an old block not released after its copy, a child table that is the parent's list.
 
 Every control is a native button, select or number field, so the demo works from the keyboard
-(Tab to move, Enter or Space to press). Presentation mode enlarges everything for a projector.
+(Tab to move, Enter or Space to press). Presentation mode enlarges everything for a projector
+and draws the pool compactly (blocks in use, and a count of the free ones); for a lecture, the
+``Story`` walks the same demo step by step on a stage fitted to the screen.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class CowDemo(traitlets.HasTraits):
     Traits: ``sequences`` (live names, in creation order), ``selected``, ``history`` (one line
     per step, oldest first), ``message`` (the latest line), ``problem`` (non-empty while the
     class cannot run the demo at all), ``presentation``. ``view`` is the BlockTableView of the
-    cache; its traits hold the pool's state.
+    cache; its traits hold the pool's state. ``upcoming`` is the name the next created or forked
+    sequence will get (a Story announces it before the step).
     """
 
     sequences = traitlets.List()
@@ -114,7 +117,7 @@ class CowDemo(traitlets.HasTraits):
         self.prompt_tokens = prompt_tokens
         self.seed = seed
         self.cache: Any = None
-        self.view = BlockTableView(None, presentation=presentation)
+        self.view = BlockTableView(None, presentation=presentation, compact=presentation or None)
         self._controls: dict[str, Any] = {}
         self._screen: Any = None
         self._widget: Any = None
@@ -129,6 +132,7 @@ class CowDemo(traitlets.HasTraits):
     def reset(self) -> None:
         """A fresh, empty cache built from the class."""
         self._names = _names()
+        self.upcoming = next(self._names)
         self._generator = torch.Generator().manual_seed(self.seed)
         self.sequences, self.selected, self.history, self.problem = [], "", [], ""
         try:
@@ -152,7 +156,7 @@ class CowDemo(traitlets.HasTraits):
         tokens = self.prompt_tokens if tokens is None else int(tokens)
         if not self._ready():
             return None
-        seq = next(self._names)
+        seq = self._take_name()
         try:
             self._call("create", self.cache.create, seq)
             self.sequences = [*self.sequences, seq]
@@ -178,7 +182,7 @@ class CowDemo(traitlets.HasTraits):
         parent = self._target(parent)
         if parent is None:
             return None
-        child = next(self._names)
+        child = self._take_name()
         try:
             self._call("fork", self.cache.fork, parent, child)
         except _StepFailed as failure:
@@ -264,6 +268,11 @@ class CowDemo(traitlets.HasTraits):
 
     # ----- helpers ---------------------------------------------------------------------------
 
+    def _take_name(self) -> str:
+        """The name the next created or forked sequence gets (``upcoming``), then the one after."""
+        name, self.upcoming = self.upcoming, next(self._names)
+        return name
+
     def _ready(self) -> bool:
         if self.cache is None:
             self._say(self.problem or "no cache: press Reset")
@@ -348,12 +357,15 @@ class CowDemo(traitlets.HasTraits):
 
     @traitlets.observe("presentation")
     def _presentation_changed(self, change: dict) -> None:
-        self.view.presentation = change["new"]
+        # On a projector the pool shrinks to the blocks in use (and a count of the free ones).
+        with self.view.hold_trait_notifications():
+            self.view.presentation = change["new"]
+            self.view.compact = True if change["new"] else None
         self._redraw()
 
     def to_html(self) -> str:
         """The static picture: the last steps and the pool (what an HTML export shows)."""
-        recent = render.message_lines(self.history[-4:])
+        recent = render.message_lines(self.history[-4:], presentation=self.presentation)
         body = render.error_box(self.problem) if self.problem else self.view.picture_html()
         name = self.cache_class.__name__
         title = f'<div style="font-weight:700;font-size:1.2em">Copy-on-write with {name}</div>'
@@ -377,6 +389,8 @@ class CowDemo(traitlets.HasTraits):
 
     def _build_widget(self) -> Any:
         import ipywidgets as w
+
+        from .kernel_watch import KernelWatch
 
         def button(name: str, label: str, tip: str, action: Callable[[], Any], icon: str = "") -> Any:
             control = w.Button(description=label, tooltip=tip, icon=icon, layout=w.Layout(width="auto"))
@@ -452,7 +466,7 @@ class CowDemo(traitlets.HasTraits):
             "<style>.ph-cow-demo-widget.ph-presentation :is(input, select, label)"
             f"{{font-size:{render.PRESENTATION_FONT_PX}px !important;height:auto !important}}</style>"
         )
-        box = w.VBox([large_inputs, row, self._screen])
+        box = w.VBox([large_inputs, KernelWatch(), row, self._screen])
         box.add_class("ph-cow-demo-widget")
         self._box = box
         self._sync_controls()

@@ -30,5 +30,7 @@ def mimebundle(build_widget: Callable[[], Any], html: str, plain: str) -> dict[s
     bundle: dict[str, Any] = {"text/plain": plain, "text/html": html}
     if not static_only():
         view = build_widget()._repr_mimebundle_() or {}
+        if isinstance(view, tuple):  # anywidget answers (data, metadata)
+            view = view[0] or {}
         bundle.update({key: value for key, value in view.items() if key != "text/plain"})
     return bundle

@@ -10,12 +10,15 @@
 Calling the prefix cache through the view is what lets it show per-request results: for every
 full block of a prompt that attach may look up, a hit (and the block reused) or a miss; a full
 block holding the prompt's last token is marked as never looked up, because attach always leaves
-that token to prefill. Calls made on the prefix cache directly still show up in the pool and the
-LRU list after ``refresh()``, but not as request rows.
+that token to prefill. ``token_text`` (a callable token id -> label, ``str`` by default) labels
+the prompt tokens the picture quotes, for example with the words of a tokenizer. Calls made
+on the prefix cache directly still show up in the pool and the LRU list after ``refresh()``,
+but not as request rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import traitlets
@@ -42,10 +45,22 @@ class PrefixCacheView(traitlets.HasTraits):
     events = traitlets.List()
     presentation = traitlets.Bool(False)
 
-    def __init__(self, prefix_cache: Any, *, presentation: bool = False):
+    def __init__(
+        self,
+        prefix_cache: Any,
+        *,
+        presentation: bool = False,
+        compact: bool | None = None,
+        token_text: Callable[[int], str] = str,
+    ):
         super().__init__()
+        if not callable(token_text):
+            raise TypeError(f"token_text must be a callable token id -> label, got {type(token_text).__name__}")
         self.prefix_cache = prefix_cache
-        self.view = BlockTableView(prefix_cache.cache, prefix_cache=prefix_cache, presentation=presentation)
+        self.token_text = token_text
+        self.view = BlockTableView(
+            prefix_cache.cache, prefix_cache=prefix_cache, presentation=presentation, compact=compact
+        )
         self._screen: Any = None
         self._widget: Any = None
         self.presentation = presentation
@@ -118,7 +133,11 @@ class PrefixCacheView(traitlets.HasTraits):
     def to_html(self) -> str:
         """The static picture: requests, LRU order, then the pool."""
         colours = self.view.colours
-        body = render.request_rows(self.requests, colours) + render.lru_list(self.entries) + self.view.picture_html()
+        body = (
+            render.request_rows(self.requests, colours)
+            + render.lru_list(self.entries, self.token_text)
+            + self.view.picture_html()
+        )
         return render.page(body, kind="prefix-cache-view", presentation=self.presentation)
 
     def _repr_html_(self) -> str:
@@ -140,9 +159,11 @@ class PrefixCacheView(traitlets.HasTraits):
         if self._widget is None:
             import ipywidgets
 
+            from .kernel_watch import KernelWatch
+
             self._screen = ipywidgets.HTML(self.to_html())
             button = ipywidgets.Button(description="Refresh", icon="refresh", tooltip="Read the prefix cache again")
             button.on_click(lambda _button: self.refresh())
-            self._widget = ipywidgets.VBox([self._screen, button])
+            self._widget = ipywidgets.VBox([KernelWatch(), self._screen, button])
             self._widget.add_class("ph-prefix-cache-view-widget")
         return self._widget

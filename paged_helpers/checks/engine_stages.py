@@ -1,0 +1,425 @@
+"""The engine of notebook 08 in stages: one small check per cell, before the end-to-end ones.
+
+Each check builds the state it needs by hand (sequences placed in a small pool, a prompt left
+in the prefix cache), calls one stage of the learner's engine, and holds it to the rules of
+``engine_rules`` (the same functions ``check_engine`` applies on every step). No model runs:
+each check takes milliseconds.
+
+  check_engine_admission   EngineAdmission: add_request (refuse only what can never fit) and
+                           _admit (queue order, evict to make room, undo, idle, prefix hits)
+  check_engine_plan        EnginePlanner._plan: decoders, chunk size, token budget
+  check_engine_reserve     EngineScheduler._reserve/_preempt: room, evict before preempting,
+                           the newest as victim, the queue afterwards
+  check_engine_fork        ContinuousBatchingEngine._fork_samples: n - 1 samples sharing blocks
+"""
+
+from __future__ import annotations
+
+from ..serving import Sequence, sample_seed
+from . import engine_rules as rules
+from .engine_watch import Refused, Watch, build
+from .report import CheckFailed, call_learner, check, fail
+
+__all__ = ["check_engine_admission", "check_engine_plan", "check_engine_reserve", "check_engine_fork"]
+
+BLOCK_SIZE = 4
+CHUNK_SIZE = 8
+STEP_TOKENS = 24
+NOTEBOOK = "08_continuous_batching"
+PARTNERS = (("04_fork_and_copy_on_write", "PagedKVCache"), ("05_prefix_caching", "PrefixCache"))
+
+
+def _tokens(start: int, count: int) -> list[int]:
+    return list(range(start, start + count))
+
+
+def _engine(engine_class, cache_class, prefix_class, num_blocks: int, scenario: str, **sizes):
+    watch = Watch(scenario)
+    chunk, budget = sizes.get("chunk_size", CHUNK_SIZE), sizes.get("max_step_tokens", STEP_TOKENS)
+    return build(engine_class, cache_class, prefix_class, watch, num_blocks, BLOCK_SIZE, chunk, budget)
+
+
+def _leave_in_prefix_cache(cache, prefix, seq_id: str, tokens: list[int]) -> None:
+    """A finished request whose prompt's full blocks stay in the prefix cache (as after its prefill)."""
+    reused = prefix.attach(seq_id, tokens)
+    cache.reserve(seq_id, len(tokens) - reused)
+    cache.lengths[seq_id] = len(tokens)  # as if the forward pass had written them
+    prefix.remember(seq_id, tokens)
+    cache.free(seq_id)
+
+
+def _place(engine, seq: Sequence, computed: int) -> Sequence:
+    """seq running, with its first ``computed`` tokens in the cache (as if a forward pass wrote them)."""
+    cache = engine.cache
+    cache.create(seq.seq_id)
+    cache.reserve(seq.seq_id, computed)
+    cache.lengths[seq.seq_id] = computed
+    seq.num_cached = computed
+    engine.running.append(seq)
+    return seq
+
+
+def _decoding(seq_id: str, prompt: int, output: int, start: int = 1) -> Sequence:
+    """A sequence in decode: prompt and output known, all but the last sampled token cached."""
+    seq = Sequence(seq_id, seq_id, _tokens(start, prompt), max_new_tokens=output + 8, output=_tokens(900, output))
+    seq.num_cached = prompt + output - 1
+    return seq
+
+
+def _prefilling(seq_id: str, prompt: int, cached: int = 0, output: int = 0, start: int = 1) -> Sequence:
+    seq = Sequence(seq_id, seq_id, _tokens(start, prompt), max_new_tokens=output + 8, output=_tokens(900, output))
+    seq.num_cached = cached
+    return seq
+
+
+# ---------------------------------------------------------------- admission and rejection
+
+
+def _add_request(engine, scenario: str, *args) -> Refused | None:
+    """Call the learner's add_request; returns its ValueError (a refusal) or None if it accepted."""
+    try:
+        call_learner("add_request", engine.add_request, *args, scenario=scenario)
+    except CheckFailed as error:
+        if isinstance(error.__cause__, Refused):
+            return error.__cause__
+        raise
+    return None
+
+
+def _expect_refused(engine, scenario: str, request_id: str, prompt: list[int], max_new: int) -> None:
+    waiting = list(engine.waiting)
+    if _add_request(engine, scenario, request_id, prompt, max_new) is None:
+        pool = len(engine.cache.allocator.refs)
+        fail(
+            f"{scenario}: add_request({request_id!r}) of {len(prompt)} + {max_new} tokens in a pool of {pool} blocks",
+            "ValueError at once: the request can never fit, even alone in an empty pool",
+            "the request was accepted (serving it would preempt everyone else forever)",
+            "compare cache.blocks_needed(len(prompt) + max_new_tokens) with the pool's size, before queueing",
+        )
+    if list(engine.waiting) != waiting:
+        fail(
+            f"{scenario}: after refusing {request_id!r}",
+            f"waiting unchanged: {rules.names(waiting)}",
+            f"waiting {rules.names(engine.waiting)}",
+            "validate before appending to the queue: a refused request leaves no trace",
+        )
+
+
+def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=1, seed=0, temperature=0.0):
+    free = engine.cache.allocator.num_free
+    error = _add_request(engine, scenario, request_id, prompt, max_new, n, seed, temperature)
+    if error is not None:
+        fail(
+            f"{scenario}: refuse only requests that can never fit: add_request({request_id!r}) of "
+            f"{len(prompt) + max_new} tokens, {free} block(s) free",
+            f"accepted: it needs {engine.cache.blocks_needed(len(prompt) + max_new)} blocks and the pool has "
+            f"{len(engine.cache.allocator.refs)}",
+            f"ValueError: {error}",
+            "compare with the whole pool (len(cache.allocator.refs)), not with the free blocks of the moment: "
+            "room is made later, by waiting, eviction and preemption",
+        )
+    seq = engine.waiting[-1] if engine.waiting else None
+    expected = dict(
+        seq_id=request_id,
+        request_id=request_id,
+        prompt=list(prompt),
+        max_new_tokens=max_new,
+        n=n,
+        sample_index=0,
+        seed=sample_seed(seed, 0),
+        temperature=temperature,
+        output=[],
+        num_cached=0,
+        forked=False,
+    )
+    got = {name: getattr(seq, name, "(missing)") for name in expected} if isinstance(seq, Sequence) else seq
+    if got != expected:
+        fail(
+            f"{scenario}: the sequence add_request queued for {request_id!r} (n={n}, seed={seed})",
+            f"Sequence at the back of `waiting` with {expected}",
+            got,
+            "queue one Sequence(request_id, request_id, list(prompt), max_new_tokens, n=n, "
+            "seed=sample_seed(seed, 0), temperature=temperature): sample 0 of the request; the other "
+            "samples are forked from it later",
+        )
+
+
+def _admission_front_door(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 9
+    capacity = num_blocks * BLOCK_SIZE
+    scenario = f"the front door, a pool of {num_blocks} blocks of {BLOCK_SIZE} ({capacity} tokens)"
+    engine, cache, _ = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    _expect_refused(engine, scenario, "too_long", _tokens(1, capacity - 1), 2)
+    _expect_accepted(engine, scenario, "exactly_the_pool", _tokens(1, capacity - 4), 4, seed=3)
+    cache.create("busy")  # another request holds most of the pool now
+    cache.reserve("busy", 6 * BLOCK_SIZE)
+    _expect_accepted(engine, f"{scenario}, 6 blocks in use", "fits_later", _tokens(50, 20), 12, n=2, seed=7)
+
+
+def _admission_queue(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 9
+    scenario = (
+        f"admission in a pool of {num_blocks} blocks of {BLOCK_SIZE}: a 12-token prompt left in the prefix "
+        "cache; waiting: 'a' (its first 8 tokens + 5), 'b' (20 new tokens), 'c' (its first 8 tokens + 16)"
+    )
+    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    cached = _tokens(100, 12)
+    _leave_in_prefix_cache(cache, prefix, "earlier", cached)
+    queue = (("a", cached[:8] + _tokens(200, 5)), ("b", _tokens(300, 20)), ("c", cached[:8] + _tokens(400, 16)))
+    for request_id, prompt in queue:
+        _expect_accepted(engine, scenario, request_id, prompt, 3)
+    call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
+    admitted = rules.names(engine.running)
+    if admitted != ["a", "b"]:
+        fail(
+            f"{scenario}: admit while there is room",
+            "['a', 'b'] admitted: 'a' reuses 8 cached tokens and needs 2 more blocks; 'b' needs 5, which "
+            "fit once the cached block nobody uses is evicted; 'c' (4 more) does not fit",
+            admitted,
+            "admit from the front while the free blocks, after _make_room evicts from the prefix cache, "
+            "cover what the running prefills and this sequence still need; stop at the first that does not fit",
+        )
+
+
+def _admission_idle(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 100
+    capacity = num_blocks * BLOCK_SIZE
+    scenario = (
+        f"an idle engine, a pool of {num_blocks} blocks, 4 of them holding a cached prompt; waiting: one "
+        f"request of exactly {capacity} tokens (the whole pool, no room left for a 1% spare)"
+    )
+    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(1000, 16))
+    _expect_accepted(engine, scenario, "alone", _tokens(300, capacity - 1), 1)
+    call_learner("_admit()", engine._admit, scenario=scenario)
+
+
+def _admission_spare(engine_class, cache_class, prefix_class) -> None:
+    num_blocks = 100
+    scenario = (
+        f"an idle engine, a pool of {num_blocks} blocks of {BLOCK_SIZE}; waiting: 'a' and 'b', prompts of 200 "
+        "tokens (50 blocks each)"
+    )
+    engine, _, _ = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    _expect_accepted(engine, scenario, "a", _tokens(1, 200), 4)
+    _expect_accepted(engine, scenario, "b", _tokens(300, 200), 4)
+    call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
+    if rules.names(engine.running) != ["a"]:
+        fail(
+            f"{scenario}: admit only with room",
+            "['a'] admitted: 'a' and 'b' need 100 blocks together, and 1 block (1% of the pool) stays spare",
+            rules.names(engine.running),
+            "count the running prefills' blocks, this sequence's, and the spare 1% of the pool",
+        )
+
+
+@check(notebook=NOTEBOOK, builds="EngineAdmission", partners=PARTNERS)
+def check_engine_admission(engine_class, cache_class, prefix_cache_class) -> str:
+    """add_request and _admit of the learner's EngineAdmission, on hand-built queues and pools."""
+    for stage in (_admission_front_door, _admission_queue, _admission_idle, _admission_spare):
+        stage(engine_class, cache_class, prefix_cache_class)
+    return "4 scenarios (the front door, a queue with a cached prefix, an idle engine, the spare 1%)"
+
+
+# ---------------------------------------------------------------- planning a step
+
+
+def _plan_case(engine_class, cache_class, prefix_class, scenario, running, chunk_size, max_step_tokens) -> None:
+    engine, _, _ = _engine(
+        engine_class, cache_class, prefix_class, 8, scenario, chunk_size=chunk_size, max_step_tokens=max_step_tokens
+    )
+    engine.running.extend(running)
+    call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
+
+
+@check(notebook=NOTEBOOK, builds="EnginePlanner", partners=PARTNERS)
+def check_engine_plan(engine_class, cache_class, prefix_cache_class) -> str:
+    """_plan of the learner's EnginePlanner on hand-built running batches."""
+    cases = [
+        (
+            "decoders d0, d2 and prefills p1 (20 pending), p3 (5), p4 (30), p5 (12); chunks of 8, 24 tokens a step",
+            [
+                _decoding("d0", 6, 2),
+                _prefilling("p1", 20),
+                _decoding("d2", 9, 1),
+                _prefilling("p3", 9, cached=4),
+                _prefilling("p4", 30),
+                _prefilling("p5", 12),
+            ],
+            8,
+            24,
+        ),
+        (
+            "four decoders and a prefill; chunks of 8, 3 tokens a step (fewer than the decoders)",
+            [_decoding(f"d{i}", 5, 1 + i) for i in range(4)] + [_prefilling("p", 10)],
+            8,
+            3,
+        ),
+        (
+            "a sequence readmitted after preemption (prompt 6 + output 5, nothing cached) behind a decoder; "
+            "chunks of 4, 16 tokens a step",
+            [_decoding("d", 6, 3), _prefilling("back", 6, output=5)],
+            4,
+            16,
+        ),
+    ]
+    for scenario, running, chunk, budget in cases:
+        _plan_case(engine_class, cache_class, prefix_cache_class, scenario, running, chunk, budget)
+    return f"{len(cases)} running batches"
+
+
+# ---------------------------------------------------------------- reserve, evict, preempt
+
+
+def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks, cached_prompt, placed, waiting):
+    """Run the learner's _reserve on ``placed`` [(seq, computed, count)]; returns (engine, kept, victims)."""
+    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+    if cached_prompt:
+        _leave_in_prefix_cache(cache, prefix, "earlier", cached_prompt)
+    plan = [(_place(engine, seq, computed), count) for seq, computed, count in placed]
+    engine.waiting.extend(waiting)
+    running = list(engine.running)
+    kept = call_learner("_reserve(plan)", engine._reserve, plan, scenario=scenario)  # watched: applies the rules
+    for seq, count in kept:
+        missing = cache.blocks_to_add(seq.seq_id, count)
+        if missing:
+            fail(
+                f"{scenario}: after _reserve, chunk ({seq.seq_id!r}, {count})",
+                "room for every kept chunk: its blocks exist before the forward pass",
+                f"{missing} block(s) still missing",
+                "call cache.reserve(seq_id, count) for every chunk that stays in the plan",
+            )
+    victims = [seq for seq in running if not any(seq is s for s in engine.running)]
+    if engine.metrics.preemptions != len(victims):
+        fail(
+            f"{scenario}: metrics",
+            f"metrics.preemptions == {len(victims)} (preempted: {rules.names(victims)})",
+            engine.metrics.preemptions,
+            "call self.metrics.record_preemption(seq) once in each preemption",
+        )
+    return rules.names(victims)
+
+
+@check(notebook=NOTEBOOK, builds="EngineScheduler", partners=PARTNERS)
+def check_engine_reserve(engine_class, cache_class, prefix_cache_class) -> str:
+    """_reserve and _preempt of the learner's EngineScheduler on hand-built pools."""
+    cases = [
+        (
+            "room for everything: 16 blocks, 'a' prefilling 8 of 10 tokens, 'b' decoding at position 6",
+            16,
+            None,
+            [(_prefilling("a", 10), 0, 8), (_decoding("b", 5, 2), 6, 1)],
+            [],
+            [],
+        ),
+        (
+            "out of memory, a cached prompt nobody uses: 6 blocks, 2 of them cached, 'a' decoding at position 16",
+            6,
+            _tokens(100, 8),
+            [(_decoding("a", 12, 5), 16, 1)],
+            [],
+            [],
+        ),
+        (
+            "out of memory, nothing to evict: 8 blocks; 'a' decodes at 16, 'b' at 6, 'c' (newest) at 7; 'w' waits",
+            8,
+            None,
+            [(_decoding("a", 12, 5), 16, 1), (_decoding("b", 5, 2, start=40), 6, 1), (_decoding("c", 6, 2), 7, 1)],
+            [_prefilling("w", 5)],
+            ["c"],
+        ),
+        (
+            "the newest asks: 8 blocks; 'a' decodes at 16 (4 blocks), 'b' (newest) at 12 (3 blocks); 'w' waits",
+            8,
+            None,
+            [(_decoding("a", 12, 5), 16, 1), (_decoding("b", 10, 3, start=40), 12, 1)],
+            [_prefilling("w", 5)],
+            ["b"],
+        ),
+    ]
+    for scenario, num_blocks, cached, placed, waiting, expected in cases:
+        victims = _reserve_case(
+            engine_class, cache_class, prefix_cache_class, scenario, num_blocks, cached, placed, waiting
+        )
+        if victims != expected:
+            fail(
+                f"{scenario}: preemptions",
+                f"preempted {expected}" + ("" if expected else " (none: reserve, evicting if needed, is enough)"),
+                f"preempted {victims}",
+                "preempt only when reserve raises MemoryError and the prefix cache has nothing left to evict, "
+                "and then the newest running sequence, until the chunk fits",
+            )
+    return f"{len(cases)} pools"
+
+
+# ---------------------------------------------------------------- sampling by fork
+
+
+@check(notebook=NOTEBOOK, builds="ContinuousBatchingEngine", partners=PARTNERS)
+def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
+    """_fork_samples of the learner's engine: n - 1 samples sharing the parent's blocks."""
+    n, seed = 3, 5
+    scenario = f"forking a request with n={n}, seed {seed}, whose 10-token prompt was just prefilled"
+    engine, cache, _ = _engine(engine_class, cache_class, prefix_cache_class, 16, scenario)
+    other = _place(engine, _decoding("other", 5, 1, start=60), 5)
+    parent = Sequence("r", "r", _tokens(1, 10), 4, n=n, seed=sample_seed(seed, 0), temperature=1.0)
+    engine.request_seeds["r"] = seed
+    engine.finished_samples["r"] = {}
+    _place(engine, parent, 10)
+    table = list(cache.tables["r"])
+    children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
+    children = list(children or [])
+    if len(children) != n - 1 or list(engine.running) != [other, parent, *children]:
+        fail(
+            f"{scenario}: running after the fork",
+            f"{n - 1} new samples returned and appended to running: ['other', 'r', ...]",
+            f"returned {len(children)}; running {rules.names(engine.running)}",
+            "create the samples 1..n-1, append them to self.running (they are the newest) and return them",
+        )
+    for index, child in enumerate(children, start=1):
+        expected = dict(
+            request_id="r",
+            prompt=parent.prompt,
+            max_new_tokens=4,
+            n=n,
+            sample_index=index,
+            seed=sample_seed(seed, index),
+            temperature=1.0,
+            output=[],
+            num_cached=10,
+            forked=True,
+        )
+        got = {name: getattr(child, name, "(missing)") for name in expected}
+        if got != expected:
+            wrong = [name for name in expected if got[name] != expected[name]]
+            fail(
+                f"{scenario}: sample {index}",
+                expected,
+                got,
+                f"wrong: {wrong}. Sample i is a new Sequence of the same request with sample_index=i, its own "
+                "seed sample_seed(self.request_seeds[request_id], i), the parent's num_cached and forked=True",
+            )
+        if child.output is parent.output or child.seq_id in ("r", *[c.seq_id for c in children if c is not child]):
+            fail(
+                f"{scenario}: sample {index}",
+                "a sequence of its own: a distinct seq_id and its own output list",
+                f"seq_id {child.seq_id!r}, output shared with the parent: {child.output is parent.output}",
+                "build a new Sequence (copy.copy(parent) shares the output list, so every sample would append "
+                "to the same tokens), with a seq_id such as f'{request_id}/{i}'",
+            )
+        if cache.tables.get(child.seq_id) != table or cache.lengths.get(child.seq_id) != 10:
+            fail(
+                f"{scenario}: sample {index} in the cache",
+                f"a fork of 'r': table {table}, length 10",
+                f"table {cache.tables.get(child.seq_id)}, length {cache.lengths.get(child.seq_id)}",
+                "cache.fork(parent.seq_id, child.seq_id) shares the prompt's blocks: no copy, no recomputation",
+            )
+    refs = [cache.allocator.refs[block] for block in table]
+    if refs != [n] * len(table) or not parent.forked:
+        fail(
+            f"{scenario}: the prompt's blocks after the fork",
+            f"reference count {n} on each of {table} (parent + {n - 1} samples), parent.forked True",
+            f"counts {refs}, parent.forked {parent.forked}",
+            "fork each sample once through cache.fork, and mark the parent forked so it is not forked again",
+        )
+    return f"{n} samples sharing {len(table)} blocks"

@@ -1,0 +1,281 @@
+"""Watching a learner's engine serve: subclasses that record and stop at the first broken rule.
+
+``watched(engine_class, cache_class, prefix_class)`` returns subclasses of the learner's own
+classes that change nothing but observe:
+
+  * the engine's phases: ``_admit`` (queue order, undo, room, prefix hits), ``_plan``
+    (decoders, chunk size, budget) and ``_reserve`` (evict before preempting, the victim,
+    the queue afterwards); the rules live in ``engine_rules``;
+  * the cache: every write continues its sequence at the right positions, in blocks reserved
+    beforehand and owned alone; every step computes exactly the chunks it kept; forks;
+  * the prefix cache: tokens handed out, and evictions that never touch a block in use.
+
+A ``Watch`` belongs to one scenario; the engine's ``step()`` (the notebook's, unchanged) calls
+the watched phases in order.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+from ..model import tiny_qwen3
+from . import engine_rules as rules
+from .report import call_learner, fail
+
+
+@functools.cache
+def model():
+    """The tiny model every engine check serves (seeded, CPU)."""
+    return tiny_qwen3(seed=0, device="cpu")
+
+
+def build(engine_class, cache_class, prefix_class, watch, num_blocks, block_size, chunk_size, max_step_tokens):
+    """A watched engine on a watched cache of ``num_blocks`` blocks and a watched prefix cache."""
+    config = model().config
+    watched_engine, watched_cache, watched_prefix = watched(engine_class, cache_class, prefix_class, watch)
+    cache = call_learner(
+        f"{cache_class.__name__}(...)",
+        watched_cache,
+        config.num_hidden_layers,
+        num_blocks,
+        block_size,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
+    prefix = call_learner(f"{prefix_class.__name__}(cache)", watched_prefix, cache)
+    engine = call_learner(
+        f"{engine_class.__name__}(model, cache, prefix_cache, chunk_size={chunk_size}, "
+        f"max_step_tokens={max_step_tokens})",
+        watched_engine,
+        model(),
+        cache,
+        prefix,
+        chunk_size=chunk_size,
+        max_step_tokens=max_step_tokens,
+    )
+    watch.engine = engine
+    return engine, cache, prefix
+
+
+class Refused(ValueError):
+    """The learner's add_request refused a request (their ValueError, re-raised so it can be told apart)."""
+
+
+class Watch:
+    """What the watched engine, cache and prefix cache saw during one scenario."""
+
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self.step = 0
+        self.worked_on: set[str] = set()  # sequences written to since their creation
+        self.readmitted: Counter[str] = Counter()  # seq_id -> times created again after a preemption
+        self.preempted: set[str] = set()
+        self.forks: list[tuple[str, str]] = []
+        self.writes: Counter[tuple[str, int]] = Counter()  # (seq_id, position) -> times computed
+        self.step_writes: Counter[str] = Counter()  # seq_id -> tokens computed in this step
+        self.reused_tokens = 0
+        self.preemptions = 0
+        self.reservation: rules.Reservation | None = None
+        self.kept: list | None = None
+        self.phases: list[str] = []
+        self.engine = None  # set by build()
+
+    def where(self) -> str:
+        return f"{self.scenario}, step {self.step}"
+
+
+def watched(engine_class, cache_class, prefix_class, watch: Watch):
+    """Subclasses of the learner's three classes that report to ``watch``."""
+
+    class WatchedCache(cache_class):
+        def create(self, seq):
+            if seq in self.tables:
+                fail(
+                    f"{watch.where()}: creating sequence {seq!r}",
+                    f"{seq!r} absent from the cache (never created, or freed since)",
+                    f"{seq!r} still holds {len(self.tables[seq])} block(s)",
+                    "every way out of the running batch gives the blocks back with cache.free(seq_id): "
+                    "finishing, being preempted, and an admission undone for lack of room",
+                )
+            if seq in watch.preempted:
+                watch.readmitted[seq] += 1
+                watch.preempted.discard(seq)
+            return super().create(seq)
+
+        def free(self, seq):
+            reservation = watch.reservation
+            if reservation is not None:
+                victim = next((s for s in reservation.live() if s.seq_id == seq), None)
+                if victim is not None and not victim.is_finished:
+                    reservation.expect_preemption(watch.where(), watch.engine, victim)
+                    watch.preemptions += 1
+            if seq in watch.worked_on:  # freed after computing something: if created again, it resumed
+                watch.preempted.add(seq)
+                watch.worked_on.discard(seq)
+            return super().free(seq)
+
+        def reserve(self, seq, new_tokens):
+            try:
+                return super().reserve(seq, new_tokens)
+            except MemoryError:
+                if watch.reservation is not None:
+                    watch.reservation.memory_errors += 1
+                raise
+
+        def fork(self, parent, child):
+            watch.forks.append((parent, child))
+            return super().fork(parent, child)
+
+        def update(self, layer, k, v, positions, *args, **kwargs):
+            if layer == 0:
+                _verify_write(self, positions, watch)
+            return super().update(layer, k, v, positions, *args, **kwargs)
+
+    class WatchedPrefixCache(prefix_class):
+        def attach(self, seq, prompt):
+            reused = super().attach(seq, prompt)
+            watch.reused_tokens += int(reused)
+            return reused
+
+        def evict(self, blocks_wanted):
+            if watch.reservation is not None:
+                watch.reservation.evictions_asked.append(blocks_wanted)
+            refs = list(self.cache.allocator.refs)
+            result = super().evict(blocks_wanted)
+            rules.expect_eviction(watch.where(), self.cache, refs)
+            return result
+
+    class WatchedEngine(engine_class):
+        def add_request(self, *args, **kwargs):
+            try:
+                return super().add_request(*args, **kwargs)
+            except ValueError as error:
+                raise Refused(str(error)) from error
+
+        def step(self):
+            watch.engine = self
+            watch.phases, watch.kept = [], None
+            watch.step_writes.clear()
+            finished = super().step()
+            _expect_step(self, watch)
+            watch.step += 1
+            return finished
+
+        def _admit(self):
+            before = rules.Before.of(self)
+            watch.phases.append("_admit")
+            result = super()._admit()
+            rules.expect_admission(watch.where(), before, self)
+            return result
+
+        def _plan(self):
+            watch.phases.append("_plan")
+            state = rules.PlanState.of(self)
+            plan = super()._plan()
+            state.expect_unchanged(watch.where(), self, plan)
+            rules.expect_plan(watch.where(), self, list(plan))
+            return plan
+
+        def _reserve(self, plan):
+            watch.phases.append("_reserve")
+            watch.reservation = rules.Reservation(self, plan)
+            try:
+                kept = super()._reserve(plan)
+            finally:
+                reservation, watch.reservation = watch.reservation, None
+            kept = list(kept)
+            reservation.expect_outcome(watch.where(), self, kept)
+            watch.kept = kept
+            return kept
+
+    pairs = ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class))
+    for cls, learner in pairs:
+        cls.__name__ = cls.__qualname__ = learner.__name__
+    return WatchedEngine, WatchedCache, WatchedPrefixCache
+
+
+def _expect_step(engine, watch: Watch) -> None:
+    """After a step: it ran the notebook's phases, computed what it kept, and samples own their outputs."""
+    if watch.phases != ["_admit", "_plan", "_reserve"]:
+        fail(
+            f"{watch.where()}: the phases of step()",
+            "step() calls self._admit(), self._plan(), self._reserve(plan), in that order, once each",
+            f"called {watch.phases}",
+            "keep the notebook's step(): admit, plan, reserve, forward, advance",
+        )
+    planned = {seq.seq_id: count for seq, count in watch.kept}
+    computed = dict(watch.step_writes)
+    if computed != planned:
+        fail(
+            f"{watch.where()}: the forward pass",
+            f"exactly the chunks _reserve kept: {planned}",
+            f"tokens computed per sequence: {computed}",
+            "_forward runs every kept (seq, count) chunk once, and nothing else",
+        )
+    outputs: dict[int, str] = {}
+    for seq in engine.running:
+        other = outputs.setdefault(id(seq.output), seq.seq_id)
+        if other != seq.seq_id:
+            fail(
+                f"{watch.where()}: samples {other!r} and {seq.seq_id!r}",
+                "each sample with its own output list",
+                "one list object shared by both: a token appended to one appears in the other",
+                "a fork is a new Sequence whose output starts as a copy of the parent's (list(...)); "
+                "copy.copy(seq) copies the object but shares its lists",
+            )
+
+
+def _verify_write(cache, positions, watch: Watch) -> None:
+    """Positions continue each sequence; their blocks exist and belong to it alone."""
+    batch = list(cache.batch)
+    rows = positions.expand(len(batch), -1) if positions.ndim == 1 else positions
+    size = cache.block_size
+    for row, seq in enumerate(batch):
+        written = [int(p) for p in rows[row]]
+        cached = cache.lengths[seq]
+        expected = list(range(cached, cached + len(written)))
+        if written != expected:
+            resumed = (
+                f" This sequence was preempted earlier ({watch.readmitted[seq]} time(s)): its blocks were "
+                "freed, so it restarts at position 0 (or where the prefix cache's attach left it)."
+                if watch.readmitted[seq]
+                else ""
+            )
+            fail(
+                f"{watch.where()}: a forward pass wrote sequence {seq!r} at positions {_span(written)}",
+                f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
+                f"chunk starts at position {cached}",
+                f"positions {_span(written)}",
+                "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
+                f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
+            )
+        table = cache.tables[seq]
+        if (written[-1] // size) >= len(table):
+            fail(
+                f"{watch.where()}: a forward pass wrote sequence {seq!r} up to position {written[-1]}",
+                f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
+                f"{len(table)} block(s) (room for {len(table) * size} tokens)",
+                "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
+                "writes happen inside the forward pass, where running out of blocks can no longer be "
+                "handled",
+            )
+        for position in written:
+            block = table[position // size]
+            if cache.allocator.refs[block] > 1:
+                fail(
+                    f"{watch.where()}: a forward pass wrote sequence {seq!r} at position {position} into block {block}",
+                    "a block this sequence owns alone (reserve copies a shared block before a write)",
+                    f"block {block} with reference count {cache.allocator.refs[block]}",
+                    "reserve every planned chunk before the forward pass; after a fork, reserve is what "
+                    "copies the shared last block (copy-on-write)",
+                )
+            watch.writes[(seq, position)] += 1
+        watch.step_writes[seq] += len(written)
+        watch.worked_on.add(seq)
+
+
+def _span(positions: list[int]) -> str:
+    if not positions:
+        return "(none)"
+    return str(positions[0]) if len(positions) == 1 else f"{positions[0]}..{positions[-1]}"

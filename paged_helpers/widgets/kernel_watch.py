@@ -1,0 +1,16 @@
+"""KernelWatch: a widget that says so when its kernel is gone.
+
+ipywidgets' own controls go quiet after a kernel restart (clicks do nothing, nothing says why).
+Put a KernelWatch next to them: it draws nothing while the kernel is there, and a warning as
+soon as JupyterLab marks the widgets disconnected (a restart, a dead or shut-down kernel).
+"""
+
+from __future__ import annotations
+
+import anywidget
+
+from . import stage
+
+
+class KernelWatch(anywidget.AnyWidget):
+    _esm = stage.widget_module("kernel_watch.js")

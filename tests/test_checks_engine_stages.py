@@ -1,0 +1,272 @@
+"""The stage checks of notebook 08 (admission, planning, reserve/evict/preempt, fork): the
+instructor's stage classes pass; realistic wrong ones fail with a message naming the rule; the
+student release says "not implemented yet".
+
+Wrong stages are subclasses of the instructor's class for that stage with one method replaced;
+most replacements are the wrong engines of test_checks_engine, which the end-to-end check catches.
+"""
+
+from __future__ import annotations
+
+import pytest
+import test_checks_engine as wrong_engines
+from test_checks_engine import EARLIER, NOTEBOOK
+
+from paged_helpers.checks import (
+    NotImplementedYet,
+    check_engine_admission,
+    check_engine_fork,
+    check_engine_plan,
+    check_engine_reserve,
+)
+from paged_helpers.serving import Sequence
+
+from conftest import solution
+from student_release import release_definition
+
+STAGES = {
+    "admission": (check_engine_admission, "EngineAdmission"),
+    "plan": (check_engine_plan, "EnginePlanner"),
+    "reserve": (check_engine_reserve, "EngineScheduler"),
+    "fork": (check_engine_fork, "ContinuousBatchingEngine"),
+}
+
+
+def _partners():
+    return solution("04_fork_and_copy_on_write", "PagedKVCache"), solution("05_prefix_caching", "PrefixCache")
+
+
+def _add_request_with_request_seed(self, request_id, prompt, max_new_tokens, n=1, seed=0, temperature=0.0):
+    """Seeds sample 0 with the request's seed instead of sample_seed(seed, 0)."""
+    pool = len(self.cache.allocator.refs)
+    if self.cache.blocks_needed(len(prompt) + max_new_tokens) > pool:
+        raise ValueError(f"request {request_id!r} can never fit")
+    self.request_seeds[request_id] = seed
+    self.finished_samples[request_id] = {}
+    self.waiting.append(
+        Sequence(request_id, request_id, list(prompt), max_new_tokens, n=n, seed=seed, temperature=temperature)
+    )
+
+
+def _admit_waiting_for_room_when_idle(self):
+    """Applies the room check even when nothing runs: a request the size of the pool never starts."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _admit_without_spare(self):
+    """Admits while the blocks to come fit exactly, keeping no 1% spare for the decoders."""
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        if self.running and not self._make_room(promised + self._blocks_to_come(seq)):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _plan_advancing_num_cached(self):
+    """Counts the chunk as computed while planning it."""
+    plan = solution(NOTEBOOK, "EnginePlanner")._plan(self)
+    for seq, count in plan:
+        seq.num_cached += count
+    return plan
+
+
+def _plan_newest_prefill_first(self):
+    """Gives the budget to the newest prefills first."""
+    plan = [(seq, 1) for seq in self.running if not seq.is_prefilling]
+    budget = self.max_step_tokens - len(plan)
+    for seq in reversed(self.running):
+        if seq.is_prefilling and budget > 0:
+            count = min(self.chunk_size, seq.num_pending, budget)
+            plan.append((seq, count))
+            budget -= count
+    return plan
+
+
+def _fork_without_cache_fork(self, parent):
+    """Samples created empty in the cache: they would recompute the prompt they should share."""
+    seed = self.request_seeds[parent.request_id]
+    children = []
+    for index in range(1, parent.n):
+        child = Sequence(
+            f"{parent.request_id}/{index}",
+            parent.request_id,
+            parent.prompt,
+            parent.max_new_tokens,
+            n=parent.n,
+            sample_index=index,
+            seed=wrong_engines.sample_seed(seed, index),
+            temperature=parent.temperature,
+            num_cached=parent.num_cached,
+            forked=True,
+        )
+        self.cache.create(child.seq_id)
+        children.append(child)
+    parent.forked = True
+    self.running.extend(children)
+    return children
+
+
+def _fork_not_running(self, parent):
+    """Returns the samples but forgets to put them in the running batch."""
+    children = solution(NOTEBOOK, "ContinuousBatchingEngine")._fork_samples(self, parent)
+    for child in children:
+        self.running.remove(child)
+    return children
+
+
+def _fork_leaving_parent_unforked(self, parent):
+    children = solution(NOTEBOOK, "ContinuousBatchingEngine")._fork_samples(self, parent)
+    parent.forked = False
+    return children
+
+
+E = wrong_engines
+WRONG = {
+    # stage, method overrides, words the message must contain
+    "accepts_impossible_request": (
+        "admission",
+        dict(add_request=E._add_request_without_check),
+        ["ValueError at once", "pool's size"],
+    ),
+    "rejects_requests_that_fit_later": (
+        "admission",
+        dict(add_request=E._add_request_rejecting_busy),
+        ["refuse only requests that can never fit", "whole pool"],
+    ),
+    "sample_zero_with_request_seed": (
+        "admission",
+        dict(add_request=_add_request_with_request_seed),
+        ["the sequence add_request queued", "sample_seed(seed, 0)"],
+    ),
+    "admits_newest_first": ("admission", dict(_admit=E._admit_newest_first), ["admission order", "front of"]),
+    "no_undo_after_refused_admission": (
+        "admission",
+        dict(_admit=E._admit_without_undo),
+        ["undo a refused admission", "cache.free(seq_id)"],
+    ),
+    "admits_without_room": (
+        "admission",
+        dict(_admit=E._admit_if_own_blocks_fit),
+        ["admit only with room", "_blocks_to_come"],
+    ),
+    "admission_never_evicts": (
+        "admission",
+        dict(_make_room=E._make_room_without_eviction),
+        ["admit while there is room", "_make_room evicts"],
+    ),
+    "counts_hits_of_refused_admissions": (
+        "admission",
+        dict(_admit=E._admit_counting_refused_hits),
+        ["prefix hits that stick", "up by 16"],
+    ),
+    "admissions_not_recorded": (
+        "admission",
+        dict(_admit=E._admit_unrecorded),
+        ["prefix hits that stick", "record_admission(seq, reused)"],
+    ),
+    "idle_engine_waits_for_room": (
+        "admission",
+        dict(_admit=_admit_waiting_for_room_when_idle),
+        ["admit when idle", "waits forever"],
+    ),
+    "admits_without_spare": (
+        "admission",
+        dict(_admit=_admit_without_spare),
+        ["admit only with room", "plus 1% of the pool kept spare (1)"],
+    ),
+    "ignores_step_budget": ("plan", dict(_plan=E._plan_without_budget), ["token budget", "budget left"]),
+    "ignores_chunk_size": ("plan", dict(_plan=E._plan_without_chunks), ["chunk size", "min(chunk_size"]),
+    "decoders_only_with_leftover_budget": (
+        "plan",
+        dict(_plan=E._plan_prefill_first),
+        ["every running sequence decodes", "before any prompt chunk"],
+    ),
+    "newest_prefill_first": ("plan", dict(_plan=_plan_newest_prefill_first), ["token budget", "oldest first"]),
+    "plan_advances_num_cached": (
+        "plan",
+        dict(_plan=_plan_advancing_num_cached),
+        ["_plan changed the engine", "_advance"],
+    ),
+    "no_reserve": ("reserve", dict(_reserve=E._reserve_nothing), ["room for every kept chunk", "cache.reserve"]),
+    "waits_instead_of_preempting": (
+        "reserve",
+        dict(_reserve=E._reserve_or_wait),
+        ["every running sequence decodes", "the plan minus the preempted"],
+    ),
+    "preempts_oldest": ("reserve", dict(_reserve=E._reserve_preempting_oldest), ["preempt the newest", "running[-1]"]),
+    "preempts_before_evicting": (
+        "reserve",
+        dict(_reserve=E._reserve_preempting_first),
+        ["evict before preempting", "prefix_cache.evict"],
+    ),
+    "preempted_to_back_of_queue": (
+        "reserve",
+        dict(_preempt=E._preempt_to_back),
+        ["preempted to the front", "waiting.appendleft"],
+    ),
+    "preempt_keeps_blocks": ("reserve", dict(_preempt=E._preempt_without_free), ["still hold", "cache.free(seq_id)"]),
+    "preemption_not_counted": (
+        "reserve",
+        dict(_preempt=E._preempt_uncounted),
+        ["metrics.preemptions", "record_preemption"],
+    ),
+    "fork_by_shallow_copy": ("fork", dict(_fork_samples=E._fork_by_shallow_copy), ["its own output list", "copy.copy"]),
+    "samples_share_one_seed": (
+        "fork",
+        dict(_fork_samples=E._fork_with_parent_seed),
+        ["wrong: ['seed']", "sample_seed(self.request_seeds[request_id], i)"],
+    ),
+    "fork_without_cache_fork": ("fork", dict(_fork_samples=_fork_without_cache_fork), ["in the cache", "cache.fork"]),
+    "forked_samples_not_running": (
+        "fork",
+        dict(_fork_samples=_fork_not_running),
+        ["running after the fork", "append them to self.running"],
+    ),
+    "parent_left_unforked": (
+        "fork",
+        dict(_fork_samples=_fork_leaving_parent_unforked),
+        ["parent.forked", "not forked again"],
+    ),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_right_stage_passes(stage):
+    check, name = STAGES[stage]
+    check(solution(NOTEBOOK, name), *_partners())
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_stage_check_names_the_rule(bug, failing_message):
+    stage, methods, words = WRONG[bug]
+    check, name = STAGES[stage]
+    wrong = type(bug, (solution(NOTEBOOK, name),), methods)
+    message = failing_message(check, wrong, *_partners())
+    for word in words:
+        assert word in message, f"{bug}: {word!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_release_says_not_implemented_yet(tmp_path, stage):
+    check, name = STAGES[stage]
+    released = release_definition(tmp_path, NOTEBOOK, name, finished=EARLIER)
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check(released, *_partners())
