@@ -5,6 +5,8 @@
     python run.py prefix           eight requests sharing a system prompt
     python run.py kernel           the paged decode kernel (benchmark on a GPU)
     python run.py engine           continuous batching: static slots vs paged + prefix cache
+    python run.py gpu-check        on a CUDA GPU: every check, fork logits in bf16/fp32, notebooks 06, 07
+                                   and 09, the decode benchmark -> docs/gpu_check.json and .png
 
 Demos that need the learner's classes read them from the notebooks in --impl DIR
 (default: notebooks/, the instructor's source). Point it at your own copies to run the

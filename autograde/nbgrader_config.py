@@ -15,6 +15,10 @@ if str(HERE) not in sys.path:
 
 c = get_config()  # noqa: F821  (provided by traitlets when it runs this file)
 
+from paged_grading.speed import cache_schema_version_lookup  # noqa: E402
+
+cache_schema_version_lookup()  # nbgrader would otherwise run `alembic heads` each time it opens the gradebook
+
 c.CourseDirectory.course_id = "paged-attention"
 
 # --- executing submissions -------------------------------------------------------------------
@@ -27,6 +31,12 @@ c.FairExecute.slow_assignments = {  # Triton kernels run in the CPU interpreter 
 c.FairExecute.interrupt_on_timeout = True
 c.FairExecute.max_kernel_restarts = 3
 c.FairExecute.responsive_grace = 10
+# Demo and benchmark cells the instructor tagged are not run while grading. Only this tag skips
+# a cell (nbclient's default "skip-execution" could be put on a test cell by a student), and
+# RestoreCellRoles removes it from every test and solution cell.
+from paged_grading.sanitize import SKIP_TAG  # noqa: E402
+
+c.FairExecute.skip_cells_with_tag = SKIP_TAG
 
 # Known harmless stderr noise, removed before grading (everything else in a test cell's stderr
 # is shown as "[stderr] ..." and does not cost points; see paged_grading/outputs.py).
@@ -46,6 +56,7 @@ c.OverwriteCells.add_missing_cells = True
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
+    "paged_grading.sanitize.MatchLostMetadata",
     "paged_grading.sanitize.RestoreCellRoles",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
@@ -68,7 +79,9 @@ c.Autograde.autograde_preprocessors = [
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "paged_grading.outputs.StripGuard",
+    "paged_grading.outputs.DefuseMarkers",
     "nbgrader.preprocessors.ClearHiddenTests",
     "paged_grading.outputs.HideTestTracebacks",
+    "paged_grading.outputs.LimitOutputs",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

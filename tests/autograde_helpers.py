@@ -34,9 +34,31 @@ if str(AUTOGRADE) not in sys.path:
     sys.path.insert(0, str(AUTOGRADE))
 
 # Re-exported for the test modules, so that they need not touch sys.path themselves.
-from paged_grading import collect, guard, kernel_guard, outputs, release_check, report  # noqa: E402
+from paged_grading import (  # noqa: E402
+    collect,
+    coursedb,
+    feedback_files,
+    guard,
+    kernel_guard,
+    outputs,
+    pgserver,
+    release_check,
+    report,
+    sanitize,
+)
 
-__all__ = ["collect", "guard", "kernel_guard", "outputs", "release_check", "report"]
+__all__ = [
+    "collect",
+    "coursedb",
+    "feedback_files",
+    "guard",
+    "kernel_guard",
+    "outputs",
+    "pgserver",
+    "release_check",
+    "report",
+    "sanitize",
+]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

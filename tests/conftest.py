@@ -49,3 +49,13 @@ def failing_message():
         pytest.fail(f"{check.__name__} passed a wrong implementation: {impl}")
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def fresh_hint_tiers():
+    """Each test starts with no tiered hint shown yet (the memory lasts a kernel, here a test)."""
+    from paged_helpers.checks.report import HINT_TIERS
+
+    HINT_TIERS.forget()
+    yield
+    HINT_TIERS.forget()

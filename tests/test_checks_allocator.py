@@ -6,7 +6,6 @@ Each wrong allocator is a small subclass of the instructor's (notebook 02) that 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 import pytest
@@ -25,10 +24,8 @@ def right():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2026])
-def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
-    start = time.perf_counter()
+def test_the_instructor_solution_passes_silently(right, seed, capsys):
     check_block_allocator(right, seed=seed)
-    assert time.perf_counter() - start < 2
     assert capsys.readouterr().err == ""
 
 
@@ -155,6 +152,7 @@ WRONG = {
     allocate_does_not_take_the_block: [
         "allocation 1 of 6",
         "allocate() must take the block off the free list",
+        "popleft()",
     ],
     num_free_counts_the_pool: ["num_free", "len(self.free)"],
     pool_one_block_short: ["a fresh pool of 6 blocks", "deque(range(num_blocks))"],
@@ -163,9 +161,18 @@ WRONG = {
 
 @pytest.mark.parametrize("make_wrong", list(WRONG), ids=lambda f: f.__name__)
 def test_a_wrong_allocator_fails_with_a_message_naming_the_bug(right, make_wrong, failing_message):
+    """Phrases are looked for in the second failure, whose two-tier hints show the concrete change."""
+    first = failing_message(check_block_allocator, make_wrong(right))
     message = failing_message(check_block_allocator, make_wrong(right))
     for phrase in WRONG[make_wrong]:
         assert phrase in message, f"{phrase!r} not in:\n{message}"
+    assert ("more_hint()" in first) == ("the change (same failure again):" in message)
+
+
+def test_the_first_failure_names_the_idea_and_the_second_the_line(right, failing_message):
+    first = failing_message(check_block_allocator, pool_one_block_short(right))
+    assert "every block free and every count at 0" in first and "deque(range" not in first
+    assert "deque(range(num_blocks))" in failing_message(check_block_allocator, pool_one_block_short(right))
 
 
 def test_the_student_release_says_not_implemented_yet(tmp_path):

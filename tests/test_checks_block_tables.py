@@ -6,8 +6,6 @@ Each wrong version is one plausible slip in the one line notebook 01 asks for.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_physical_slot
@@ -24,10 +22,8 @@ def right():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2026])
-def test_the_instructor_solution_passes_quickly_and_silently(right, seed, capsys):
-    start = time.perf_counter()
+def test_the_instructor_solution_passes_silently(right, seed, capsys):
     check_physical_slot(right, seed=seed)
-    assert time.perf_counter() - start < 2
     assert capsys.readouterr().err == ""
 
 

@@ -29,37 +29,57 @@ def position_and_text(tokens, end, size):
     return (end // size, tuple(tokens[end - size : end]))
 
 
-def make_attach(key=whole_prefix, keep_last_token=True, touch=True, share=True):
+def make_attach(key=whole_prefix, keep_last_token=True, touch="tail first", share=True, stop_at_miss=True):
+    """attach with one mistake: ``touch`` is "tail first" (right), "root first" (the chapter's) or None."""
+
     def attach(self, seq, prompt):
         self.cache.create(seq)
-        size, reused = self.cache.block_size, 0
+        size, reused, hits = self.cache.block_size, 0, []
         limit = len(prompt) - 1 if keep_last_token else len(prompt)
-        while reused + size <= limit:
-            entry = key(prompt, reused + size, size)
+        for end in range(size, limit + 1, size):
+            entry = key(prompt, end, size)
             block = self.entries.get(entry)
             if block is None:
-                break
-            if touch:
-                self.entries.move_to_end(entry)
+                if stop_at_miss:
+                    break
+                continue
             if share:
                 self.cache.allocator.share(block)
             self.cache.tables[seq].append(block)
+            hits.append(entry)
             reused += size
+        if touch:
+            for entry in reversed(hits) if touch == "tail first" else hits:
+                self.entries.move_to_end(entry)
         self.cache.lengths[seq] = reused
         return reused
 
     return attach
 
 
-def make_remember(key=whole_prefix, full_only=True, share=True, skip_cached=True):
+def make_remember(
+    key=whole_prefix,
+    full_only=True,
+    share=True,
+    skip_cached=True,
+    order="tail first",
+    touch_cached=True,
+    skip_only_same_block=False,
+):
+    """remember with one mistake: ``order`` "root first" inserts block 0 first (the chapter's order)."""
+
     def remember(self, seq, tokens):
         size = self.cache.block_size
         count = len(tokens) // size if full_only else -(-len(tokens) // size)
-        for index in range(count):
+        indices = reversed(range(count)) if order == "tail first" else range(count)
+        for index in indices:
             entry = key(tokens, (index + 1) * size, size)
-            if skip_cached and entry in self.entries:
-                continue
             block = self.cache.tables[seq][index]
+            cached = entry in self.entries and (not skip_only_same_block or self.entries[entry] == block)
+            if skip_cached and cached:
+                if touch_cached:
+                    self.entries.move_to_end(entry)
+                continue
             if share:
                 self.cache.allocator.share(block)
             self.entries[entry] = block
@@ -91,13 +111,20 @@ def variant(right, name, **methods):
 
 WRONG = {
     "key_without_history": dict(attach=make_attach(key=block_text), remember=make_remember(key=block_text)),
-    "key_by_position": dict(
-        attach=make_attach(key=position_and_text), remember=make_remember(key=position_and_text)
-    ),
+    "key_by_position": dict(attach=make_attach(key=position_and_text), remember=make_remember(key=position_and_text)),
     "last_token_reused": dict(attach=make_attach(keep_last_token=False)),
     "evicts_block_in_use": dict(evict=make_evict(only_unused=False)),
     "remember_publishes_partial": dict(remember=make_remember(full_only=False)),
-    "no_lru_touch": dict(attach=make_attach(touch=False)),
+    "no_lru_touch": dict(attach=make_attach(touch=None), remember=make_remember(touch_cached=False)),
+    "attach_never_touches": dict(attach=make_attach(touch=None)),
+    "chapter_root_first_order": dict(
+        attach=make_attach(touch="root first"), remember=make_remember(order="root first", touch_cached=False)
+    ),
+    "attach_touches_root_first": dict(attach=make_attach(touch="root first")),
+    "remember_inserts_root_first": dict(remember=make_remember(order="root first")),
+    "remember_leaves_cached_entries_untouched": dict(remember=make_remember(touch_cached=False)),
+    "attach_continues_past_a_miss": dict(attach=make_attach(stop_at_miss=False)),
+    "remember_replaces_another_copy": dict(remember=make_remember(skip_only_same_block=True)),
     "no_own_reference": dict(remember=make_remember(share=False)),
     "attach_without_share": dict(attach=make_attach(share=False)),
     "remember_shares_again": dict(remember=make_remember(skip_cached=False)),
@@ -105,13 +132,34 @@ WRONG = {
 }
 
 MESSAGES = {
-    "key_without_history": ["holds the keys of C", "whole token prefix"],
-    "key_by_position": ["holds the keys of D", "whole token prefix"],
+    "key_without_history": ["holds the keys of C", "must cover the whole prefix", "prompt[:(i + 1) * block_size]"],
+    "key_by_position": ["holds the keys of D", "must cover the whole prefix", "prompt[:(i + 1) * block_size]"],
     "last_token_reused": ["8 prompt tokens reused", "got:      12", "leave at least one prompt token"],
     "evicts_block_in_use": ["in use, so not evictable", "skip blocks that someone else uses"],
     "remember_publishes_partial": ["holds 2 of 4 tokens", "full blocks only"],
     "no_lru_touch": ["least recently used", "move_to_end"],
-    "no_own_reference": ["the prefix cache's own reference", "remember must share()"],
+    "attach_never_touches": ["undone before prefill", "whether or not the request", "move_to_end(key)"],
+    "chapter_root_first_order": ["G's first block, evicted", "now unreachable", "tail"],
+    "attach_touches_root_first": [
+        "attached and freed again without prefill",
+        "reached by no attach",
+        "lost an earlier block",
+        "tail",
+    ],
+    "remember_inserts_root_first": ["G's first block, evicted", "now unreachable", "tail"],
+    "remember_leaves_cached_entries_untouched": ["served again from its first block", "reached by no attach"],
+    "attach_continues_past_a_miss": [
+        "attach('s3', P)",
+        "a later block, mapped too early",
+        "the walk must end at the first miss",
+        "break, not continue",
+    ],
+    "remember_replaces_another_copy": [
+        "still hold references",
+        "a reference it has no entry for",
+        "share() only the blocks you add as new entries",
+    ],
+    "no_own_reference": ["the prefix cache's own reference", "one more owner", "allocator.share(block)"],
     "attach_without_share": ["attach must share() each reused block"],
     "remember_shares_again": ["must not take a second reference"],
     "evicts_everything": ["exactly one cached block dropped", "then stops"],
@@ -129,11 +177,36 @@ def test_right_implementation_passes(right):
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
 def test_check_names_the_bug(bug, right, failing_message):
+    """The words are looked for in the second failure, whose hint also shows the concrete change."""
     wrong = variant(right, bug, **WRONG[bug])
+    first = failing_message(check_prefix_cache, wrong, right[1])
     message = failing_message(check_prefix_cache, wrong, right[1])
     for words in MESSAGES[bug]:
         assert words in message, f"{bug}: {words!r} not in\n{message}"
     assert "expected:" in message and "hint:" in message
+    if "more_hint()" in first:  # a two-tier hint: the change only the second time
+        assert "the change" not in first.replace("the concrete change", "")
+        assert "the change (same failure again):" in message
+
+
+TIERED = {
+    "chapter_root_first_order": "move_to_end the keys it hit in reverse order",
+    "attach_continues_past_a_miss": "break, not continue",
+    "remember_replaces_another_copy": "keep that entry and take no reference",
+    "key_without_history": "tuple(prompt[:(i + 1) * block_size])",
+}
+
+
+@pytest.mark.parametrize("bug", sorted(TIERED))
+def test_the_concrete_change_waits_for_a_second_failure_or_more_hint(bug, right, failing_message, capsys):
+    from paged_helpers.checks import more_hint
+
+    wrong = variant(right, bug, **WRONG[bug])
+    first = failing_message(check_prefix_cache, wrong, right[1])
+    assert TIERED[bug] not in first and "more_hint()" in first
+    assert TIERED[bug] in more_hint()
+    assert TIERED[bug] in capsys.readouterr().out
+    assert TIERED[bug] in failing_message(check_prefix_cache, wrong, right[1])
 
 
 def test_release_says_not_implemented_yet(tmp_path, right):

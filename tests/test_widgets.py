@@ -364,7 +364,8 @@ def test_prefix_view_records_hits_misses_and_lru_order(PagedKVCache, PrefixCache
     assert view.attach("r1", prompt) == 0
     write(cache, "r1", len(prompt))
     view.remember("r1", prompt)
-    assert [e["block"] for e in view.entries] == cache.tables["r1"][:2]
+    # remember touches a prompt's entries tail first, so its root is the most recently used.
+    assert [e["block"] for e in view.entries] == cache.tables["r1"][1::-1]
 
     other = prompt[:4] + [7, 7, 7, 7, 7]  # same first block, different second
     reused = view.attach("r2", other)

@@ -8,13 +8,16 @@ table of checks (this package's names, the course map, the no-solutions test) is
 
     python -m paged_helpers.checks        # prints the table: check, notebook, what it verifies
 
+A failing check's hint names the idea first; ``more_hint()`` (or the same failure again) prints
+the concrete change.
+
 Importing this package imports every check module (a few milliseconds; none imports triton).
 """
 
 import pkgutil
 from importlib import import_module
 
-from .report import REGISTRY, CheckFailed, CheckInfo, NotImplementedYet
+from .report import REGISTRY, CheckFailed, CheckInfo, NotImplementedYet, more_hint
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
@@ -28,7 +31,7 @@ del _in_course_order
 
 globals().update({name: info.function for name, info in REGISTRY.items()})
 
-__all__ = ["CheckFailed", "CheckInfo", "NotImplementedYet", "REGISTRY", *REGISTRY]
+__all__ = ["CheckFailed", "CheckInfo", "NotImplementedYet", "REGISTRY", "more_hint", *REGISTRY]
 
 
 def for_notebook(notebook: str) -> list[CheckInfo]:

@@ -25,8 +25,10 @@ import torch
 
 from ..device import DEVICE
 from ..model import tiny_qwen3
+from ..pool_invariant import PoolReading
 from ..workloads import fork_prompt
-from .report import call_learner, check, fail
+from .report import CacheSnapshot, Hint, call_learner, ceil_div, check, expect_raise, fail
+from .scratch import logit_gap, logits_match
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -34,19 +36,28 @@ LAYERS, BLOCK, KV_HEADS, HEAD_DIM = 2, 4, 2, 2
 # Lengths whose last block is partly filled: the block a fork shares and a writer must copy.
 PARTIAL_PROMPTS = (5, 6, 7, 9, 10, 11)
 
-COPY_HINT = (
-    "before a sequence writes into a block whose reference count is above 1, reserve must give it "
-    "a fresh block holding a copy of that one (copy-on-write), point its table there and release the "
-    "shared block once"
+# Two-tier hints (report.Hint): the idea first, the concrete change when the same failure repeats.
+COPY_HINT = Hint(
+    "before a sequence writes into a block that another table also points at (refcount above 1), it "
+    "needs a block of its own holding a copy of that one (copy-on-write)",
+    "in reserve, for a shared last block: allocate a fresh block, copy the shared block into it, point "
+    "the table there and release the shared block once",
 )
-BOTH_POOLS_HINT = (
-    "copy the block in both pools and in every layer: for each layer, "
-    "k_pool[layer][fresh].copy_(k_pool[layer][shared]) and the same for v_pool"
+BOTH_POOLS_HINT = Hint(
+    "the copy must hold everything the shared block holds: keys and values, in every layer",
+    "for each layer: k_pool[layer][fresh].copy_(k_pool[layer][shared]) and the same for v_pool",
 )
-ALL_OR_NOTHING_HINT = (
-    "count the copies and the new blocks first, compare with allocator.num_free, and raise "
-    "MemoryError before allocating or copying anything"
+ALL_OR_NOTHING_HINT = Hint(
+    "a reserve that cannot be completed must change nothing, so it has to know what it needs before it "
+    "takes anything",
+    "count the copies and the new blocks first, compare with allocator.num_free, and raise MemoryError "
+    "before allocating or copying anything",
 )
+
+
+def _after(cause: str, hint: Hint) -> Hint:
+    """``hint`` with this failure's cause in front of its concept."""
+    return Hint(f"{cause}: {hint.concept}", hint.change)
 
 
 def _key(base: int, layer: int) -> float:
@@ -91,14 +102,6 @@ class _Scene:
 
     def holders(self, block: int, besides: str | None = None) -> list[str]:
         return [seq for seq, table in self.cache.tables.items() if block in table and seq != besides]
-
-    def _snapshot(self) -> tuple:
-        return (
-            {seq: list(table) for seq, table in self.cache.tables.items()},
-            dict(self.cache.lengths),
-            list(self.allocator.refs),
-            sorted(self.allocator.free),
-        )
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -161,9 +164,9 @@ class _Scene:
         where = f"{self.scenario}, {what}"
         length, before = cache.lengths[seq], list(cache.tables[seq])
         refs_before = list(self.allocator.refs)
-        written = range(length // BLOCK, -(-(length + count) // BLOCK))  # table indices written
+        written = range(length // BLOCK, ceil_div(length + count, BLOCK))  # table indices written
         shared = [i for i in written if i < len(before) and self.holders(before[i], besides=seq)]
-        wanted_new = max(0, -(-(length + count) // BLOCK) - len(before))
+        wanted_new = max(0, ceil_div(length + count, BLOCK) - len(before))
         free_before = self.allocator.num_free
 
         call_learner(what, cache.reserve, seq, count, scenario=self.scenario)
@@ -228,31 +231,18 @@ class _Scene:
         """reserve(seq, count) must raise MemoryError and leave everything as it was."""
         what = f"reserve({seq!r}, {count})"
         where = f"{self.scenario}, {what} with {free_blocks} free block(s) for {needed} needed"
-        before = self._snapshot()
-
-        def attempt() -> MemoryError | None:
-            try:
-                self.cache.reserve(seq, count)
-            except MemoryError as error:
-                return error
-            return None
-
-        error = call_learner(what, attempt, scenario=self.scenario)
-        if error is None:
-            fail(
-                where,
-                "MemoryError",
-                "reserve returned normally",
-                "a reserve that needs more blocks (copies included) than are free must raise MemoryError",
-            )
-        after = self._snapshot()
-        if after != before:
-            parts = ["tables", "lengths", "reference counts", "free list"]
-            changed = [
-                f"{part}: {old} -> {new}"
-                for part, old, new in zip(parts, before, after, strict=True)
-                if old != new
-            ]
+        before = CacheSnapshot.of(self.cache)
+        expect_raise(
+            MemoryError,
+            what,
+            self.cache.reserve,
+            seq,
+            count,
+            scenario=where,
+            hint="a reserve that needs more blocks (copies included) than are free must raise MemoryError",
+        )
+        changed = before.changes(CacheSnapshot.of(self.cache))
+        if changed:
             fail(
                 where,
                 "MemoryError, with the cache exactly as before",
@@ -311,14 +301,18 @@ class _Scene:
                     f"refcount {refs}",
                     hint,
                 )
-        free = sorted(self.allocator.free)
+        # The counts match the tables here, so the pool's own invariant says what the free list must be.
+        reading = PoolReading.of(self.allocator)
         unused = [block for block in range(self.num_blocks) if not self.holders(block)]
-        if free != unused:
+        if sorted(reading.free) != unused:
             fail(
                 f"{self.scenario}, after {after}",
                 f"the free list holds exactly the unused blocks {unused}",
-                f"{free}",
-                "a block returns to the free list when its last reference is released, not before",
+                f"{sorted(reading.free)}",
+                f"block(s) {reading.lost()} have count 0 but are not on the free list: the release that brings "
+                "a count to 0 must put the block back on the free list"
+                if reading.lost()
+                else "a block returns to the free list when its last reference is released, not before",
             )
 
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
@@ -347,12 +341,13 @@ class _Scene:
             got = f"{got_value:g}, a value nobody wrote there"
         source = [old for old, new in copied.items() if new == block]
         if source:
-            hint = (
+            hint = _after(
                 f"block {block} is the copy of block {source[0]} made by this reserve, and its {pool_name} "
-                f"in layer {layer} were not copied: {BOTH_POOLS_HINT}"
+                f"in layer {layer} were not copied",
+                BOTH_POOLS_HINT,
             )
         elif base in self.author and self.author[base][0] != seq:
-            hint = f"another sequence's write landed in a block {seq!r} reads: {COPY_HINT}"
+            hint = _after(f"another sequence's write landed in a block {seq!r} reads", COPY_HINT)
         else:
             hint = "a sequence's history must not change when another sequence forks, writes or is freed"
         fail(
@@ -408,7 +403,7 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.write("parent", 1)
     scene.finish()
 
-    prompt_blocks = -(-prompt // BLOCK)
+    prompt_blocks = ceil_div(prompt, BLOCK)
     scene = _Scene(
         PagedKVCache, prompt_blocks + 1, f"a {prompt}-token parent forked in a pool with 1 spare block"
     )
@@ -438,12 +433,7 @@ def _device_name(device: torch.device) -> str:
     return "cpu (no GPU found)"
 
 
-def _tolerance(device: torch.device) -> float:
-    """float32 on the CPU differs from a from-scratch run only by summation order; a GPU a bit more."""
-    return 1e-4 if device.type == "cpu" else 2e-3
-
-
-def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str:
+def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hint:
     """Name the likely bug from the state of the cache after the logits went wrong."""
     tables = cache.tables
     if parent in tables and child in tables and tables[parent] is tables[child]:
@@ -462,16 +452,17 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str:
                     f"{wrote}, whose refcount is 1 although two tables point at it: fork must share() every "
                     "block of the child's table, so that reserve sees the block is shared and copies it"
                 )
-            return f"{wrote} (refcount {refs}): {COPY_HINT}"
+            return _after(f"{wrote} (refcount {refs})", COPY_HINT)
         for layer in range(len(cache.k_pool)):
             for name, pool in (("keys", cache.k_pool), ("values", cache.v_pool)):
                 same = torch.equal(
                     pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
                 )
                 if not same:
-                    return (
+                    return _after(
                         f"the child's copy (block {child_block}) of the shared block {parent_block} lacks "
-                        f"the prompt's {name} in layer {layer}: {BOTH_POOLS_HINT}"
+                        f"the prompt's {name} in layer {layer}",
+                        BOTH_POOLS_HINT,
                     )
     return "a sequence's history changed after the fork; check_copy_on_write names the step where it happens"
 
@@ -534,8 +525,8 @@ class _ForkRun:
     ) -> None:
         for seq, row in logits.items():
             expected = self.model.logits_from_scratch([self.tokens[seq]])[0][-1]
-            gap = float((row - expected).abs().max())
-            if not gap <= _tolerance(self.device):
+            gap = logit_gap(row, expected)
+            if not logits_match(gap, self.device, row.dtype):
                 fail(
                     scenario,
                     f"{seq}'s logits equal to running its {len(self.tokens[seq])} tokens from scratch",

@@ -13,9 +13,8 @@ later cell. A check therefore calls the learner's launcher in a forked child:
 * a child that doesn't answer within the time limit is killed.
 
 Forking is only used with the interpreter on Linux (``isolation_available()``). A CUDA
-context can't be used in a forked child, and a compiled kernel doesn't segfault the host on a
-bad address (CUDA reports an illegal memory access instead), so on a GPU the call is made in
-this process.
+context can't be used in a forked child, so on a GPU the kernel checks use a spawned child
+instead (``spawned``), which initialises CUDA itself; elsewhere the call is made in this process.
 """
 
 from __future__ import annotations

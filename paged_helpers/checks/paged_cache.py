@@ -33,11 +33,22 @@ from dataclasses import dataclass
 
 import torch
 
-from .report import CheckFailed, NotImplementedYet, call_learner, check, fail
+from ..pool_invariant import PoolReading
+from .report import (
+    CacheSnapshot,
+    CheckFailed,
+    Hint,
+    NotImplementedYet,
+    call_learner,
+    ceil_div,
+    check,
+    fail,
+    hint_text,
+)
+from .scratch import logit_gap, logit_tolerance, logits_match
 
 __all__ = ["check_paged_kv_cache"]
 
-LOGIT_TOLERANCE = 1e-4  # float32, the same model with and without a cache: differences are ~1e-6
 
 
 @dataclass(frozen=True)
@@ -47,10 +58,6 @@ class _Setup:
     block_size: int
     kv_heads: int
     head_dim: int
-
-
-def _ceil_blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
 
 
 def _call(what: str, function, *args, scenario: str, likely: str = "", **kwargs):
@@ -72,8 +79,8 @@ def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
     """Every block in a table has count 1; every other block is free, once; num_free agrees."""
     tables = {seq: list(table) for seq, table in cache.tables.items()}
     held = Counter(block for table in tables.values() for block in table)
-    refs = list(cache.allocator.refs)
-    free = list(cache.allocator.free)
+    reading = PoolReading.of(cache.allocator)
+    refs, free = list(reading.refs), list(reading.free)
     twice = sorted(block for block, count in held.items() if count > 1)
     if twice:
         owners = {block: [seq for seq, table in tables.items() if block in table] for block in twice}
@@ -106,11 +113,11 @@ def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
             sorted(free),
             "the free list must hold exactly the blocks that no table uses, each once.",
         )
-    if cache.allocator.num_free != len(should_be_free):
+    if not reading.num_free_agrees():
         fail(
             f"{scenario}: allocator.num_free",
             len(should_be_free),
-            cache.allocator.num_free,
+            reading.num_free,
             "num_free counts the blocks no table uses.",
         )
 
@@ -119,15 +126,6 @@ def _verify_table_length(cache, seq, expected: int, scenario: str, hint: str) ->
     got = len(cache.tables[seq]) if seq in cache.tables else "no table"
     if got != expected:
         fail(f"{scenario}: blocks in the table of {seq!r}", expected, got, hint)
-
-
-def _snapshot(cache) -> tuple:
-    return (
-        {seq: list(table) for seq, table in cache.tables.items()},
-        dict(cache.lengths),
-        list(cache.allocator.refs),
-        sorted(cache.allocator.free),
-    )
 
 
 # --------------------------------------------------------------------------- construction
@@ -187,23 +185,26 @@ def _check_blocks_needed(cache, block_size: int) -> None:
     for tokens in counts:
         scenario = f"blocks_needed({tokens}) with block_size {block_size}"
         got = _call(f"blocks_needed({tokens})", cache.blocks_needed, tokens, scenario=scenario)
-        expected = _ceil_blocks(tokens, block_size)
+        expected = ceil_div(tokens, block_size)
         if got == expected:
             continue
+        round_up = "blocks_needed returns -(-tokens // block_size): tokens / block_size rounded up"
         if tokens % block_size and got == tokens // block_size:
-            hint = (
+            hint = Hint(
                 f"{tokens} token(s) leave a partial last block ({tokens % block_size} token(s)), which still "
-                "needs a block of its own: round up, -(-tokens // block_size)."
+                "needs a block of its own",
+                round_up,
             )
         elif tokens % block_size == 0 and got == tokens // block_size + 1:
-            hint = (
+            hint = Hint(
                 f"{tokens} = {tokens // block_size} x {block_size} lies exactly on a block boundary: the "
-                "blocks are all full and no extra one is needed. Round up, -(-tokens // block_size)."
+                "blocks are all full and no extra one is needed",
+                round_up,
             )
         elif tokens == 0:
-            hint = "an empty sequence needs no block at all: round up, -(-tokens // block_size)."
+            hint = Hint("an empty sequence needs no block at all", round_up)
         else:
-            hint = "the number of blocks is tokens / block_size rounded up: -(-tokens // block_size)."
+            hint = Hint("the number of blocks is tokens / block_size, rounded up", round_up)
         fail(scenario, expected, got, hint)
 
 
@@ -238,7 +239,7 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
     block_size = cache.block_size
     before = len(cache.tables[seq])
     length = cache.lengths[seq]
-    expected = max(before, _ceil_blocks(length + new_tokens, block_size))
+    expected = max(before, ceil_div(length + new_tokens, block_size))
     if hasattr(cache, "blocks_to_add"):
         to_add = _call(
             f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=scenario
@@ -252,21 +253,23 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
                 "the table needs blocks_needed(length + new_tokens) blocks in total; the blocks it "
                 "already has count, and it never needs a negative number.",
             )
-    _call(
-        f"reserve({seq!r}, {new_tokens})",
-        cache.reserve,
-        seq,
-        new_tokens,
-        scenario=scenario,
-        likely=(
-            f"the table needed {expected - before} more block(s) and {cache.allocator.num_free} were free: "
-            "a reserve that fits, even exactly, must succeed (compare with >, not >=)."
-        ),
-    )
+    free = cache.allocator.num_free
+    try:
+        _call(f"reserve({seq!r}, {new_tokens})", cache.reserve, seq, new_tokens, scenario=scenario)
+    except NotImplementedYet:
+        raise
+    except CheckFailed as error:
+        if not isinstance(error.__cause__, MemoryError):
+            raise
+        cause = hint_text(scenario, _why_a_fit_was_refused(type(cache), block_size))
+        raise CheckFailed(
+            f"{error}\n  likely cause: the table needed {expected - before} more block(s) and {free} were "
+            f"free, so it fits: {cause}"
+        ) from error.__cause__
     got = len(cache.tables[seq])
     if got != expected:
         end = length + new_tokens
-        if got == before + _ceil_blocks(new_tokens, block_size) and got != expected:
+        if got == before + ceil_div(new_tokens, block_size) and got != expected:
             hint = (
                 f"reserve appended blocks_needed({new_tokens}) blocks on top of the {before} already there. "
                 f"It must make positions [{length}, {end}) exist: {expected} block(s) in total, "
@@ -291,6 +294,53 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
             hint,
         )
     _verify_accounting(cache, num_blocks, f"{scenario}: after reserve({seq!r}, {new_tokens})")
+
+
+def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
+    """Which miscount made reserve raise MemoryError although the pool had room, found by probing.
+
+    Two small probes on fresh caches of the learner's class tell the usual causes apart:
+    counting the blocks the table already holds as if they came from the pool; refusing an
+    exact fit (>= instead of >); otherwise, ignoring the room left in a partial last block.
+    """
+
+    def refuses(held_tokens: int, free_after: int, new_tokens: int) -> bool | None:
+        held = ceil_div(held_tokens, block_size)
+        try:
+            probe = cache_class(1, held + free_after, block_size, 1, 1)
+            probe.create("probe")
+            probe.reserve("probe", held_tokens)
+            probe.lengths["probe"] = held_tokens  # as if the forward pass had written them
+            probe.reserve("probe", new_tokens)
+        except MemoryError:
+            return True
+        except Exception:  # the probe itself broke: no diagnosis from it
+            return None
+        return False
+
+    # 2 full blocks held, 2 free, 1 more block needed: only a count of the whole table refuses.
+    if refuses(2 * block_size, 2, block_size):
+        return RESERVE_COUNTS_HELD_BLOCKS
+    # 1 full block held, exactly the 2 free blocks needed (no partial block): an exact fit.
+    if refuses(block_size, 2, 2 * block_size):
+        return RESERVE_REFUSES_EXACT_FIT
+    return RESERVE_IGNORES_PARTIAL_ROOM
+
+
+RESERVE_COUNTS_HELD_BLOCKS = Hint(
+    "reserve compares with the free pool only the blocks the table is still missing: the blocks it "
+    "already holds do not come from the pool again",
+    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table); raise only if missing > num_free",
+)
+RESERVE_REFUSES_EXACT_FIT = Hint(
+    "a reserve that needs exactly the free blocks fits: only needing more than are free is a MemoryError",
+    "raise MemoryError when missing > allocator.num_free (not >=)",
+)
+RESERVE_IGNORES_PARTIAL_ROOM = Hint(
+    "the new tokens first fill the room left in the table's partial last block; only the rest needs "
+    "fresh blocks, so count from the sequence's length, not from zero",
+    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table), not blocks_needed(new_tokens)",
+)
 
 
 def _scramble_free_list(cache, num_blocks: int, rng: random.Random, scenario: str) -> None:
@@ -609,8 +659,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                 f"{where}: the {name} update returned (layer {layer})",
                 f"a tensor [batch={len(batch)}, kv_heads={kv_heads}, span, head_dim={head_dim}]",
                 shape,
-                "return one row of history per sequence in the batch, heads before positions: "
-                "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim], so transpose(1, 2).",
+                Hint(
+                    "return one row of history per sequence in the batch, with heads before positions, "
+                    "the layout attention expects",
+                    "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim]: return it .transpose(1, 2)",
+                ),
             )
     span = keys.shape[2]
     if not isinstance(key_positions, torch.Tensor) or key_positions.shape not in (
@@ -634,8 +687,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                     f"{where}: the history returned for {seq!r} (row {row}, layer {layer})",
                     f"a key for every position 0..{history.shape[3] - 1}",
                     f"no key for position {p} (span {span})",
-                    "gather every position up to the highest one in the batch: span = max(positions) + 1, "
-                    "key positions 0..span-1.",
+                    Hint(
+                        "update returns the whole history, every position up to the highest one in the batch, "
+                        "not only the tokens just written",
+                        "span = int(positions.max()) + 1; gather positions torch.arange(span)",
+                    ),
                 )
             j = returned[p]
             for name, got, want in (
@@ -648,9 +704,11 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                         f"(row {row}, layer {layer})",
                         "the one written there",
                         "a different vector",
-                        "gather each position through this row's table: "
-                        "pool[table_tensor[row, p // block_size], :, p % block_size]. "
-                        "The write checked out, so the read side differs.",
+                        Hint(
+                            "the write checked out, so the read side differs: each row must read its positions "
+                            "through its own sequence's block table",
+                            "gather pool[table_tensor[row, p // block_size], :, p % block_size] for each row",
+                        ),
                     )
 
 
@@ -664,7 +722,7 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
     _reserve(cache, "hog", (cache.allocator.num_free - 2) * block_size, setup.num_blocks, scenario)
     length, held = cache.lengths[seq], len(cache.tables[seq])
     new_tokens = (held + 4) * block_size - length  # needs 4 more blocks; only 2 are free
-    before = _snapshot(cache)
+    before = CacheSnapshot.of(cache)
     where = (
         f"{scenario}: reserve({seq!r}, {new_tokens}) needs 4 more blocks but only 2 are free "
         "(exhaustion in the middle of a multi-block reserve)"
@@ -689,9 +747,9 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
             f"no exception; the table is now {cache.tables[seq]}",
             "when the pool cannot supply every block, reserve must raise MemoryError.",
         )
-    after = _snapshot(cache)
+    after = CacheSnapshot.of(cache)
     if after != before:
-        grew = len(after[0].get(seq, [])) - len(before[0][seq])
+        grew = len(after.tables.get(seq, [])) - len(before.tables[seq])
         hint = (
             f"reserve took {grew} block(s) before running out and kept them: half-reserved blocks nobody "
             "accounts for. Count the blocks needed and compare with allocator.num_free BEFORE allocating any."
@@ -701,7 +759,7 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
         fail(
             f"{where}: the cache after the MemoryError",
             "exactly as before",
-            f"table {after[0].get(seq)} (was {before[0][seq]}), free {after[3]} (was {before[3]})",
+            f"table {after.tables.get(seq)} (was {before.tables[seq]}), free {after.free} (was {before.free})",
             hint,
         )
     _verify_accounting(cache, setup.num_blocks, f"{where}, after the MemoryError")
@@ -711,7 +769,7 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
         seq,
         fits,
         setup.num_blocks,
-        f"{scenario}: reserve({seq!r}, {fits}) needs exactly the 2 free blocks (it fits; use >, not >=)",
+        f"{scenario}: reserve({seq!r}, {fits}) needs exactly the 2 free blocks (it fits)",
     )
     _free(cache, "hog", setup.num_blocks, scenario)
 
@@ -720,7 +778,7 @@ def _truncate(cache, seq, length: int, num_blocks: int, scenario: str) -> None:
     before = list(cache.tables[seq])
     old_length = cache.lengths[seq]
     _call(f"truncate({seq!r}, {length})", cache.truncate, seq, length, scenario=scenario)
-    keep = _ceil_blocks(length, cache.block_size)
+    keep = ceil_div(length, cache.block_size)
     where = f"{scenario}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
     got = list(cache.tables[seq])
     if got != before[:keep]:
@@ -782,11 +840,12 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
         for row, seq in enumerate(seqs):
             full = tokens[seq][: lengths_before[row]] + new[seq]
             scratch = model.logits_from_scratch([full])[0][lengths_before[row] :]  # [T, vocab]
-            gap = (logits[row].float() - scratch.float()).abs().max().item()
-            if gap > LOGIT_TOLERANCE:
+            gap = logit_gap(logits[row], scratch)
+            if not logits_match(gap, model.device, logits.dtype):
                 fail(
                     f"{where}: the logits of {seq!r} (row {row})",
-                    f"those of running its {len(full)} tokens from scratch (within {LOGIT_TOLERANCE})",
+                    f"those of running its {len(full)} tokens from scratch "
+                    f"(within {logit_tolerance(model.device, logits.dtype)})",
                     f"a difference of {gap:.3g}",
                     "the history update returned for this sequence is not its own. Check: the "
                     "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
@@ -804,7 +863,7 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
             _verify_table_length(
                 cache,
                 seq,
-                _ceil_blocks(len(full), b),
+                ceil_div(len(full), b),
                 where,
                 "a sequence holds blocks_needed(length) blocks after a step.",
             )

@@ -11,7 +11,11 @@ check_prefix_cache(PrefixCache, PagedKVCache, seed=0)
     Scenarios: a prompt served twice (the cache's own reference keeps blocks alive; a partial
     block is never published; remembering cached blocks again takes no extra reference); a prompt
     that is entirely cached (one token is always left to prefill); blocks with the same text but
-    different histories; LRU order after a hit; eviction while some cached blocks are in use.
+    different histories; LRU order after a hit (with and without prefill); eviction while some cached blocks are in use;
+    partial eviction of a 3-block prompt (served, attached without prefill, served again) and of
+    two prompts sharing a root, after which every block the cache still holds must be reachable
+    by attach (tails go first, so no entry outlives an earlier block); a gap before a cached
+    block (attach must stop at the first miss).
 """
 
 from __future__ import annotations
@@ -21,32 +25,55 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import call_learner, check, fail
+from .report import Hint, call_learner, check, fail
 
 __all__ = ["check_prefix_cache"]
 
 BLOCK = 4
 VOCAB = 1000
 
-WHOLE_PREFIX_HINT = (
-    "the key of a cached block must be the whole token prefix up to the end of that block, not the "
-    "block's own tokens (or its position): a block's keys and values depend on every earlier token"
+# Hints in two tiers (report.Hint): the idea first, the concrete change when the same failure repeats.
+WHOLE_PREFIX_HINT = Hint(
+    "a block's keys and values depend on every earlier token, so a cached block may only be reused after "
+    "exactly the same history: its key must cover the whole prefix, not only the block's own tokens",
+    "key block i of a prompt by tuple(prompt[:(i + 1) * block_size]), in attach and in remember",
 )
-LAST_TOKEN_HINT = (
+LAST_TOKEN_HINT = Hint(
     "always leave at least one prompt token to prefill: the last prompt position must run through "
-    "the model, since its logits choose the first output token"
+    "the model, since its logits choose the first output token",
+    "walk only while reused + block_size <= len(prompt) - 1",
 )
-OWN_REFERENCE_HINT = (
-    "remember must share() each block it publishes: the prefix cache holds its own reference, so the "
-    "block outlives the request that computed it"
+OWN_REFERENCE_HINT = Hint(
+    "the prefix cache is one more owner of every block it publishes, so the block outlives the request "
+    "that computed it",
+    "in remember, call cache.allocator.share(block) for each entry it adds",
 )
 EXTRA_REFERENCE_HINT = (
     "a block's count is one per table that holds it plus one for the prefix cache: remember shares a "
     "block only when it publishes a new entry, and attach once per block it reuses"
 )
-PARTIAL_HINT = (
-    "publish full blocks only (len(tokens) // block_size of them): a partial block is still being "
-    "written by its sequence, and its key would not be a whole block of prefix"
+LEAK_HINT = Hint(
+    "the prefix cache holds a reference it has no entry for, so evict can never give it back: it took a "
+    "reference on a block and then did not keep that block as an entry",
+    "in remember, when the key is already in entries (under this block or another request's copy), keep "
+    "that entry and take no reference; share() only the blocks you add as new entries",
+)
+STOP_AT_MISS_HINT = Hint(
+    "a cached block after a gap holds keys computed at later positions: reusing it puts those keys at the "
+    "gap's logical block and shifts every later position, so the walk must end at the first miss",
+    "in attach, break out of the loop at the first key that is not in entries (break, not continue)",
+)
+STRANDED_HINT = Hint(
+    "evict dropped an earlier block of a prompt while its later blocks stayed cached: attach stops at the "
+    "first miss, so those entries can never be reached, yet they keep their blocks out of the pool. A "
+    "prompt's root must be its most recently used entry, so that eviction takes tails first",
+    "in attach, move_to_end the keys it hit in reverse order (last hit first) after the walk; in remember, "
+    "walk reversed(range(len(tokens) // block_size)), move_to_end keys already cached and add the others",
+)
+PARTIAL_HINT = Hint(
+    "publish full blocks only: a partial block is still being written by its sequence, and its key would "
+    "not be a whole block of prefix",
+    "remember publishes len(tokens) // block_size blocks",
 )
 
 
@@ -79,9 +106,15 @@ class _Server:
     def allocator(self) -> Any:
         return self.cache.allocator
 
-    def serve(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> list[int]:
+    def serve(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str | Hint = "") -> list[int]:
         """attach, check what was reused, prefill the rest, remember. Returns seq's block table."""
         self.attach(seq, prompt, name, reused, short_hint)
+        return self.prefill(seq)
+
+    def prefill(self, seq: str) -> list[int]:
+        """Reserve and write what attach did not reuse, then remember. Returns seq's block table."""
+        prompt, name = self.prompts[seq], self.names[seq]
+        reused = self.cache.lengths[seq]
         what = f"prefilling {name} as {seq!r} (reserve, then the forward pass)"
         call_learner(
             f"reserve({seq!r}, {len(prompt) - reused})",
@@ -99,7 +132,7 @@ class _Server:
         call_learner(f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario)
         return list(table)
 
-    def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str = "") -> None:
+    def attach(self, seq: str, prompt: list[int], name: str, reused: int, short_hint: str | Hint = "") -> None:
         what = f"attach({seq!r}, {name}) of a {len(prompt)}-token prompt"
         where = f"{self.scenario}, {what}"
         got = call_learner(what, self.prefixes.attach, seq, list(prompt), scenario=self.scenario)
@@ -109,7 +142,10 @@ class _Server:
                 where,
                 f"{seq!r} created in the cache",
                 "no table for it",
-                "attach creates the sequence (cache.create(seq)) before sharing blocks into its table",
+                Hint(
+                    "attach creates the sequence in the cache, then shares the reused blocks into its table",
+                    "start attach with self.cache.create(seq)",
+                ),
             )
         if not isinstance(got, int) or got < 0 or got % BLOCK:
             fail(
@@ -149,15 +185,19 @@ class _Server:
                 if owner
                 else "keys no request computed for this prefix"
             )
+            later = [q for q in range(position + 1, len(prompt)) if prefix_code(prompt[: q + 1]) == found]
             fail(
                 where,
                 f"block {table[position // BLOCK]}, reused for positions {position - position % BLOCK}.."
                 f"{position - position % BLOCK + BLOCK - 1}, holding this prompt's keys",
-                f"at position {position} it holds {held}",
-                WHOLE_PREFIX_HINT,
+                f"at position {position} it holds {held}"
+                + (f" (this prompt's position {later[0]}: a later block, mapped too early)" if later else ""),
+                STOP_AT_MISS_HINT if later else WHOLE_PREFIX_HINT,
             )
 
-    def expect_refcount(self, block: int, refs: int, who: str, after: str, too_low: str, too_high: str) -> None:
+    def expect_refcount(
+        self, block: int, refs: int, who: str, after: str, too_low: str | Hint, too_high: str | Hint
+    ) -> None:
         got = self.allocator.refs[block]
         if got != refs:
             fail(
@@ -174,9 +214,60 @@ class _Server:
     def evict(self, blocks_wanted: int) -> None:
         call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
 
-    def expect_free(self, count: int, after: str, hint: str) -> None:
+    def expect_free(self, count: int, after: str, hint: str | Hint) -> None:
         if self.allocator.num_free != count:
             fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint)
+
+    def evict_blocks(self, count: int, why: str) -> str:
+        """evict(num_free + count): exactly ``count`` cached blocks must go back. Returns the step's name."""
+        wanted = self.allocator.num_free + count
+        self.evict(wanted)
+        after = f"evict({wanted}) ({count} more block(s) wanted{why})"
+        if self.allocator.num_free != wanted:
+            fail(
+                f"{self.scenario}, after {after}",
+                f"{wanted} free blocks: exactly {count} cached block(s) dropped",
+                f"{self.allocator.num_free}",
+                "evict drops unused entries, least recently used first, until allocator.num_free >= "
+                "blocks_wanted, then stops",
+            )
+        return after
+
+    def expect_reachable(self, after: str, reuse: dict[str, tuple[list[int], int]]) -> None:
+        """With no request running, every block the prefix cache holds must be reachable by attach.
+
+        ``reuse`` maps a prompt's name to (prompt, tokens attach must reuse). Each prompt is attached
+        as a probe and freed again (which touches its entries: call this last in a step).
+        """
+        assert not self.prompts, "expect_reachable needs every request freed"
+        held = {block for block, refs in enumerate(self.allocator.refs) if refs}
+        reached, got = set(), {}
+        for name, (prompt, _) in reuse.items():
+            probe = f"probe {name}"
+            got[name] = call_learner(
+                f"attach({probe!r}, {name})", self.prefixes.attach, probe, list(prompt), scenario=self.scenario
+            )
+            reached.update(self.cache.tables[probe])
+            call_learner(f"free({probe!r})", self.cache.free, probe, scenario=self.scenario)
+        stranded = sorted(held - reached)
+        if stranded:
+            fail(
+                f"{self.scenario}, after {after}, then attaching {', '.join(reuse)} again",
+                "every block the prefix cache still holds reachable: "
+                + ", ".join(f"{name} reuses {tokens} tokens" for name, (_, tokens) in reuse.items()),
+                f"block(s) {stranded} still held by the prefix cache but reached by no attach ("
+                + ", ".join(f"{name} reused {tokens}" for name, tokens in got.items())
+                + "): their entries lost an earlier block",
+                STRANDED_HINT,
+            )
+        for name, (_, tokens) in reuse.items():
+            if got[name] != tokens:
+                fail(
+                    f"{self.scenario}, after {after}, then attaching {name} again",
+                    f"{tokens} prompt tokens reused",
+                    f"{got[name]}",
+                    STRANDED_HINT if got[name] < tokens else "evict dropped fewer entries than it reported",
+                )
 
     def finish(self) -> None:
         """Free every request and evict everything: no block may stay in use."""
@@ -189,8 +280,7 @@ class _Server:
                 f"{self.scenario}, after freeing every request and evict({self.num_blocks})",
                 f"all {self.num_blocks} blocks free (nothing uses them, so the cache can drop them all)",
                 f"block(s) {stuck} still hold references {[self.allocator.refs[b] for b in stuck]}",
-                "each cached block holds exactly one reference of the cache, taken once when published and "
-                "released when evicted",
+                LEAK_HINT,
             )
 
 
@@ -231,7 +321,9 @@ def _served_twice(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> No
         prompt,
         "A",
         reused=8,
-        short_hint="the cache's blocks must survive free('a1'): " + OWN_REFERENCE_HINT,
+        short_hint=Hint(
+            "the cache's blocks must survive free('a1'): " + OWN_REFERENCE_HINT.concept, OWN_REFERENCE_HINT.change
+        ),
     )
     after = "attach('a2', A), prefill and remember('a2', A)"
     for block in second[:2]:
@@ -315,18 +407,29 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
             1,
             "F's block, used just now: still cached",
             after,
-            "G's blocks were the least recently used, not F's: attach must mark every entry it "
-            "hits as most recently used (OrderedDict.move_to_end) and evict must go from the "
-            "least recently used end",
+            Hint(
+                "G's blocks were the least recently used, not F's: attach must mark every entry it hits as "
+                "most recently used, and evict must go from the least recently used end",
+                "in attach, entries.move_to_end(key) for every hit; in evict, walk list(entries) from the start",
+            ),
             EXTRA_REFERENCE_HINT,
         )
+    if server.allocator.refs[g_blocks[0]] == 0 and server.allocator.refs[g_blocks[1]] == 1:
+        fail(
+            f"{server.scenario}, after {after}",
+            f"G's last full block (block {g_blocks[1]}) evicted, its first (block {g_blocks[0]}) kept",
+            f"block {g_blocks[0]}, G's first block, evicted: block {g_blocks[1]} stays cached but is now "
+            "unreachable (attach stops at G's first block)",
+            STRANDED_HINT,
+        )
     server.expect_refcount(
-        g_blocks[0],
+        g_blocks[1],
         0,
-        "G's first block, the least recently used entry: evicted",
+        "G's last full block, the least recently used entry: evicted",
         after,
         "a count below 0 means a block was released more often than it was shared",
-        "evict the least recently used entry first (G's, since F was hit after G was cached)",
+        "evict the least recently used entry first: G's (F was hit after G was cached), and of G's "
+        "entries its tail (G's second block), since a prompt's entries are touched tail first",
     )
     server.attach("f3", f, "F", reused=8, short_hint="F's blocks were used after G's and must still be cached")
     server.finish()
@@ -359,6 +462,114 @@ def _evict_under_pressure(PrefixCache: Any, PagedKVCache: Any, rng: random.Rando
     server.finish()
 
 
+def _long_prompt_evicted_in_steps(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 16, "a 13-token prompt A (three full blocks) cached, then evicted in steps"
+    )
+    prompt = _tokens(rng, 13)
+    server.serve("a1", prompt, "A", reused=0)
+    server.free("a1")
+    after = server.evict_blocks(1, " after A was served and freed")
+    server.expect_reachable(after, {"A": (prompt, 8)})
+    # An engine attaches, finds no room for the rest, and undoes the admission before any prefill.
+    server.attach("a2", prompt, "A", reused=8, short_hint="A's first two blocks must still be cached")
+    server.free("a2")
+    after = server.evict_blocks(1, " after A was attached and freed again without prefill")
+    server.expect_reachable(after, {"A": (prompt, 4)})
+    # Served again: attach reuses block 0, remember publishes blocks 1 and 2 anew.
+    server.serve("a3", prompt, "A", reused=4, short_hint="A's first block must still be cached")
+    server.free("a3")
+    after = server.evict_blocks(2, " after A was served again from its first block")
+    server.expect_reachable(after, {"A": (prompt, 4)})
+    server.finish()
+
+
+def _shared_root(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 16, "prompts A and B sharing their first block, cached, then evicted in steps"
+    )
+    root = _tokens(rng, 4)
+    a, b = root + _tokens(rng, 9), root + _tokens(rng, 9)
+    server.serve("a", a, "A", reused=0)
+    server.free("a")
+    server.serve("b", b, "B", reused=4, short_hint="B starts with A's first block, which is cached")
+    server.free("b")
+    after = server.evict_blocks(1, " after A, then B, were served and freed")
+    server.expect_reachable(after, {"A": (a, 8), "B": (b, 12)})
+    after = server.evict_blocks(2, " after A, then B, were attached again")
+    server.expect_reachable(after, {"A": (a, 4), "B": (b, 8)})
+    server.finish()
+
+
+def _gap_before_a_cached_block(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache,
+        PagedKVCache,
+        16,
+        "P[:5] and P[:9] admitted together, P[:5] finished and its block evicted, then P attached",
+    )
+    prompt = _tokens(rng, 14)
+    server.attach("s1", prompt[:5], "P[:5]", reused=0)
+    server.attach("s2", prompt[:9], "P[:9]", reused=0)  # admitted before s1 published anything
+    first = server.prefill("s1")
+    second = server.prefill("s2")
+    after = "remember('s2', P[:9]) with P[:4] already cached by 's1'"
+    server.expect_refcount(
+        first[0], 2, "s1's table + the prefix cache", after, OWN_REFERENCE_HINT, EXTRA_REFERENCE_HINT
+    )
+    server.expect_refcount(
+        second[0],
+        1,
+        "s2's table only: P[:4] is already cached under s1's block",
+        after,
+        "a count below 1 means s2's block was released while s2 still uses it",
+        LEAK_HINT,
+    )
+    server.expect_refcount(
+        second[1], 2, "s2's table + the prefix cache (P[:8] is new)", after, OWN_REFERENCE_HINT, EXTRA_REFERENCE_HINT
+    )
+    server.free("s1")
+    # P[:8]'s block is in use by s2, so only P[:4]'s entry can go: a gap before a cached block.
+    server.evict_blocks(1, " with s2 still running")
+    server.attach(
+        "s3",
+        prompt,
+        "P",
+        reused=0,
+        short_hint="P[:4] was evicted: nothing after it can be reused",
+    )
+    server.finish()
+
+
+def _hit_without_prefill(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    server = _Server(
+        PrefixCache, PagedKVCache, 12, "F then G cached, F attached and undone before prefill, then evict 2"
+    )
+    f, g = _tokens(rng, 9), _tokens(rng, 9)
+    f_blocks = server.serve("f1", f, "F", reused=0)[:2]
+    server.free("f1")
+    server.serve("g1", g, "G", reused=0)
+    server.free("g1")
+    # An engine attaches F, finds no room for the rest and frees it again: attach alone was the hit.
+    server.attach("f2", f, "F", reused=8)
+    server.free("f2")
+    after = server.evict_blocks(2, " after F's hit")
+    for block in f_blocks:
+        server.expect_refcount(
+            block,
+            1,
+            "F's block, hit after G's were cached: still cached",
+            after,
+            Hint(
+                "a hit makes an entry recently used the moment attach finds it, whether or not the request "
+                "goes on to prefill and remember: G's entries were the least recently used",
+                "in attach, entries.move_to_end(key) for every key it hits (tail first, after the walk)",
+            ),
+            EXTRA_REFERENCE_HINT,
+        )
+    server.finish()
+
+
 @check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
 def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
     """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
@@ -368,6 +579,10 @@ def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> No
         _entirely_cached,
         _same_text_other_history,
         _lru_after_hit,
+        _hit_without_prefill,
         _evict_under_pressure,
+        _long_prompt_evicted_in_steps,
+        _shared_root,
+        _gap_before_a_cached_block,
     ):
         scenario(PrefixCache, PagedKVCache, rng)

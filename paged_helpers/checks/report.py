@@ -97,9 +97,9 @@ def _summary(tally: dict[str, Any]) -> str:
     return f"passed ({calls_part})" if calls else "passed"
 
 
-def fail(scenario: str, expected: Any, got: Any, hint: str) -> None:
-    """Raise CheckFailed with the course's four-part message."""
-    raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")
+def fail(scenario: str, expected: Any, got: Any, hint: str | Hint) -> None:
+    """Raise CheckFailed with the course's four-part message (a ``Hint`` is shown in tiers)."""
+    raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint_text(scenario, hint)}")
 
 
 @contextlib.contextmanager
@@ -248,3 +248,128 @@ def check(
         return wrapper
 
     return decorate
+
+
+# ----- hints in two tiers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A hint in two tiers. ``concept`` names the idea the code misses and is always shown;
+    ``change`` says concretely what to change (close to a line of code) and is shown only when
+    the same scenario fails again with the same hint in this kernel, or on ``more_hint()``.
+    A learner first gets the chance to find the fix from the idea.
+    """
+
+    concept: str
+    change: str
+
+
+class HintTiers:
+    """The memory behind tiered hints: which (scenario, concept) failures this kernel has shown.
+
+    It lives as long as the Python process (the Jupyter kernel), in the single ``HINT_TIERS``;
+    restarting the kernel, or ``forget()``, starts over. Nothing else is remembered.
+    """
+
+    def __init__(self) -> None:
+        self._shown: set[tuple[str, str]] = set()
+        self.last: tuple[str, Hint] | None = None
+
+    def text(self, scenario: str, hint: Hint) -> str:
+        """The hint's text for this failure: the concept, plus the change if it failed before."""
+        key = (scenario, hint.concept)
+        again = key in self._shown
+        self._shown.add(key)
+        self.last = (scenario, hint)
+        if again:
+            return f"{hint.concept}\n  the change (same failure again): {hint.change}"
+        return (
+            f"{hint.concept}\n  (the concrete change is shown if this fails again, or now with "
+            "paged_helpers.checks.more_hint())"
+        )
+
+    def forget(self) -> None:
+        """Start over: the next failure of every scenario shows the concept only."""
+        self._shown.clear()
+        self.last = None
+
+
+HINT_TIERS = HintTiers()
+
+
+def hint_text(scenario: str, hint: str | Hint) -> str:
+    """A plain hint as it is; a tiered ``Hint`` as ``HINT_TIERS`` says for this failure."""
+    return HINT_TIERS.text(scenario, hint) if isinstance(hint, Hint) else hint
+
+
+def more_hint() -> str:
+    """Print (and return) the concrete change for the last tiered hint a check gave."""
+    if HINT_TIERS.last is None:
+        message = "no check has given a two-tier hint in this kernel yet"
+    else:
+        scenario, hint = HINT_TIERS.last
+        message = f"{scenario}\n  the change: {hint.change}"
+    print(message)
+    return message
+
+
+# ----- small helpers the check modules share -------------------------------------------------
+
+
+def ceil_div(count: int, size: int) -> int:
+    """``count / size`` rounded up, in integers: the blocks that hold ``count`` tokens."""
+    return -(-count // size)
+
+
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """Copies of a paged cache's bookkeeping at one moment; two snapshots compare with ==."""
+
+    tables: dict
+    lengths: dict
+    refs: list
+    free: list  # sorted: the free list's order is the allocator's business
+
+    @classmethod
+    def of(cls, cache: Any) -> CacheSnapshot:
+        return cls(
+            {seq: list(table) for seq, table in cache.tables.items()},
+            dict(cache.lengths),
+            list(cache.allocator.refs),
+            sorted(cache.allocator.free),
+        )
+
+    def changes(self, after: CacheSnapshot) -> list[str]:
+        """ "part: before -> after" for each part that differs in ``after``."""
+        parts = {"tables": "tables", "lengths": "lengths", "refs": "reference counts", "free": "free list"}
+        return [
+            f"{label}: {getattr(self, name)} -> {getattr(after, name)}"
+            for name, label in parts.items()
+            if getattr(self, name) != getattr(after, name)
+        ]
+
+
+def expect_raise(
+    error_type: type[BaseException],
+    what: str,
+    function: Callable[..., Any],
+    *args: Any,
+    scenario: str,
+    hint: str | Hint,
+) -> BaseException:
+    """Call learner code that must raise ``error_type``; returns the error, or fails naming ``what``.
+
+    Unfinished code still reads "not implemented yet" (the call is repeated through call_learner).
+    """
+    try:
+        function(*args)
+    except error_type as error:
+        return error
+    except NotImplementedError:
+        call_learner(what, function, *args, scenario=scenario)
+        raise  # call_learner raised NotImplementedYet; reached only if the repeat did not raise
+    except Exception as error:  # the learner's code raised something else: that is the finding
+        fail(scenario, f"{error_type.__name__} from {what}", f"{type(error).__name__}: {error}", hint)
+    fail(scenario, f"{error_type.__name__} from {what}", "no exception", hint)
+    raise AssertionError("unreachable: fail() raises")

@@ -12,4 +12,5 @@ DEMOS = {
     "prefix": "prefix",  # shared system prompt: prefill saved, blocks in use
     "kernel": "kernel",  # paged decode kernel: correctness pass / bandwidth benchmark
     "engine": "engine",  # continuous batching, static slots against paged + prefix cache
+    "gpu-check": "gpu_check",  # everything a CUDA GPU must pass, in one run (says what it would do elsewhere)
 }

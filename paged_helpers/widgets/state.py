@@ -11,7 +11,8 @@ Invariants the reader checks, because a learner's cache may break them (each bro
 becomes a ``problem`` on the block, shown in the picture, never an exception):
   * a block's refcount is never below the number of table entries (and prefix-cache entries)
     pointing at it; more than that means someone else holds it ("other holders");
-  * a block is on the free list exactly when its refcount is 0, and at most once.
+  * a block is on the free list exactly when its refcount is 0, and at most once (the pool's own
+    invariant, read by ``paged_helpers.pool_invariant`` for the checks and the widgets alike).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..pool_invariant import PoolReading
 
 
 class UnreadableCache(ValueError):
@@ -135,6 +138,7 @@ def read_pool(cache: Any, prefix_cache: Any = None) -> PoolState:
         problems.append(f"allocator.refs has {len(refs)} counts for a pool of {num_blocks} blocks")
 
     on_free_list = Counter(free_list)
+    reading = PoolReading(tuple(refs), tuple(free_list), len(free_list))
     blocks = []
     for index in range(num_blocks):
         count = refs[index] if index < len(refs) else 0
@@ -149,25 +153,25 @@ def read_pool(cache: Any, prefix_cache: Any = None) -> PoolState:
                 others=max(count - len(holders) - held_by_cache, 0),
                 filled=filled.get(index, block_size if held_by_cache else 0),
                 free=on_free_list[index] > 0,
-                problem=_problem(count, len(holders) + held_by_cache, on_free_list[index]),
+                problem=_problem(reading, index, len(holders) + held_by_cache),
             )
         )
     return PoolState(num_blocks, block_size, tuple(blocks), tables, lengths, free_list, tuple(problems))
 
 
-def _problem(refs: int, visible_holders: int, times_on_free_list: int) -> str:
-    """What is wrong with one block's bookkeeping, in a few words; "" when nothing is."""
-    if refs < 0:
-        return f"refcount {refs} is negative"
-    if times_on_free_list > 1:
-        return f"on the free list {times_on_free_list} times"
-    if refs > 0 and times_on_free_list:
-        return f"refcount {refs} but on the free list"
+def _problem(reading: PoolReading, block: int, visible_holders: int) -> str:
+    """What is wrong with one block's bookkeeping, in a few words; "" when nothing is.
+
+    The free-list part is the pool's own invariant (pool_invariant); a leak is reported only when
+    the count is not also below the holders the picture can see.
+    """
+    problem = reading.block_problem(block)
+    if problem and not problem.endswith("(leaked)"):
+        return problem
+    refs = reading.refs[block] if block < len(reading.refs) else 0
     if refs < visible_holders:
         return f"refcount {refs} but {visible_holders} holders point here"
-    if refs == 0 and not times_on_free_list:
-        return "refcount 0 but not on the free list (leaked)"
-    return ""
+    return problem
 
 
 def find_copies(before: dict[str, list[int]], after: dict[str, list[int]]) -> list[Copy]:

@@ -1,0 +1,81 @@
+"""The shared pool-invariant reader and the small helpers the checks share (report, scratch)."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+
+from paged_helpers.checks import CheckFailed, NotImplementedYet
+from paged_helpers.checks.report import CacheSnapshot, ceil_div, expect_raise
+from paged_helpers.pool_invariant import PoolReading
+
+
+def test_a_consistent_pool_has_no_problem():
+    reading = PoolReading.of(SimpleNamespace(refs=[1, 0, 2, 0], free=deque([3, 1]), num_free=2))
+    assert reading.twice_on_free_list() == reading.free_but_referenced() == reading.lost() == []
+    assert reading.num_free_agrees()
+    assert [reading.block_problem(b) for b in range(4)] == [""] * 4
+
+
+def test_each_broken_rule_is_named():
+    reading = PoolReading(refs=(0, 1, 0, -1), free=(1, 1), num_free=3)
+    assert reading.twice_on_free_list() == [1]
+    assert reading.free_but_referenced() == [1]
+    assert reading.lost() == [0, 2]
+    assert not reading.num_free_agrees()
+    assert reading.block_problem(0) == "refcount 0 but not on the free list (leaked)"
+    assert reading.block_problem(1) == "on the free list 2 times"
+    assert reading.block_problem(3) == "refcount -1 is negative"
+
+
+def test_ceil_div_rounds_up():
+    assert [ceil_div(n, 4) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_a_snapshot_lists_what_changed():
+    cache = SimpleNamespace(
+        tables={"a": [0]}, lengths={"a": 3}, allocator=SimpleNamespace(refs=[1, 0], free=deque([1]))
+    )
+    before = CacheSnapshot.of(cache)
+    cache.tables["a"].append(1)
+    cache.allocator.refs[1] = 1
+    cache.allocator.free.clear()
+    assert before.changes(CacheSnapshot.of(cache)) == [
+        "tables: {'a': [0]} -> {'a': [0, 1]}",
+        "reference counts: [1, 0] -> [1, 1]",
+        "free list: [1] -> []",
+    ]
+
+
+def test_expect_raise_returns_the_error_or_names_what_was_missing():
+    def refuses():
+        raise MemoryError("full")
+
+    assert isinstance(expect_raise(MemoryError, "reserve", refuses, scenario="s", hint="h"), MemoryError)
+    with pytest.raises(CheckFailed, match=r"(?s)expected: MemoryError from reserve.*got:      no exception"):
+        expect_raise(MemoryError, "reserve", lambda: None, scenario="s", hint="h")
+    with pytest.raises(CheckFailed, match="got:      KeyError"):
+        expect_raise(MemoryError, "reserve", {}.__getitem__, "x", scenario="s", hint="h")
+
+    def unfinished():
+        raise NotImplementedError
+
+    with pytest.raises(NotImplementedYet):
+        expect_raise(MemoryError, "reserve", unfinished, scenario="s", hint="h")
+
+
+def test_one_logit_tolerance_policy_and_nan_never_passes():
+    import torch
+
+    from paged_helpers.checks.scratch import CPU_TOLERANCE, GPU_TOLERANCE, logit_gap, logit_tolerance, logits_match
+
+    assert logit_tolerance("cpu") == CPU_TOLERANCE < GPU_TOLERANCE == logit_tolerance(torch.device("cuda", 0))
+    expected = torch.zeros(5)
+    assert logit_gap(expected + 1e-6, expected) == pytest.approx(1e-6)
+    assert logits_match(logit_gap(expected + 1e-6, expected), "cpu")
+    assert not logits_match(logit_gap(expected + 1e-3, expected), "cpu")
+    broken = expected.clone()
+    broken[2] = float("nan")
+    assert not logits_match(logit_gap(broken, expected), "cpu")
