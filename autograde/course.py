@@ -6,6 +6,8 @@
     .venv/bin/python autograde/course.py grade              # nbgrader autograde, assignment by assignment
     .venv/bin/python autograde/course.py feedback           # nbgrader generate_feedback (HTML per student)
     .venv/bin/python autograde/course.py report             # grades.csv, pass rates, histogram
+    .venv/bin/python autograde/course.py publish NN_name    # after its deadline: the solution, for later notebooks
+    .venv/bin/python autograde/course.py workspace          # the learner's workspace/ (what `make lab` opens)
 
 Every command works on the course root (``--root``, default: this folder) and calls
 nbgrader's own CLI there, with the Python that runs this script (the grading kernels use
@@ -32,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from paged_grading import collect, coursedb, feedback_files, release_check, report  # noqa: E402
+from paged_grading import collect, coursedb, feedback_files, publish, release_check, report, workspace  # noqa: E402
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 
@@ -76,16 +78,54 @@ def _chosen(names: list[str], available: list[str]) -> list[str]:
     return names or available
 
 
-def cmd_release(args) -> int:
-    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+def release_into(root: Path, notebooks: Path, assignments: list[str], one_call: bool = False) -> None:
+    """notebooks/NN.ipynb -> root/source/NN/ -> nbgrader generate_assignment -> root/release/NN/.
+
+    ``one_call``: a single nbgrader run releases everything under root/source/ (about 4x faster
+    than one run per assignment; the learner's workspace uses it).
+    """
+    ensure_config(root)
     for assignment in assignments:
-        source = args.root / "source" / assignment
+        source = root / "source" / assignment
         if source.exists():
             shutil.rmtree(source)
         source.mkdir(parents=True)
-        shutil.copyfile(args.notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
-        nbgrader(args.root, "generate_assignment", assignment, "--force")
+        shutil.copyfile(notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
+        if not one_call:
+            nbgrader(root, "generate_assignment", assignment, "--force")
+    if one_call:
+        nbgrader(root, "generate_assignment", "*", "--force")
+
+
+def cmd_release(args) -> int:
+    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+    release_into(args.root, args.notebooks, assignments)
     print(f"released {len(assignments)} assignment(s) into {args.root / 'release'}")
+    return 0
+
+
+def cmd_workspace(args) -> int:
+    """The learner's notebooks: the student release, put where the learner's edits are safe."""
+    names = course_notebooks(args.notebooks)
+    build = args.build.resolve()
+    sources = {name: args.notebooks / f"{name}.ipynb" for name in names}
+    released = {name: build / "release" / name / f"{name}.ipynb" for name in names}
+    if workspace.stale_sources(build, sources, released):
+        print("releasing the course's notebooks with nbgrader (solutions and hidden tests removed)...")
+        release_into(build, args.notebooks, names, one_call=True)
+        workspace.record_release(build, sources)
+    for line in workspace.describe(args.into, workspace.sync(args.into, sources, released)):
+        print(line)
+    return 0
+
+
+def cmd_publish(args) -> int:
+    """An assignment's solution, for the later notebooks that build on it (after its deadline)."""
+    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+    for assignment in assignments:
+        path = publish.publish(args.notebooks / f"{assignment}.ipynb", args.into)
+        print(f"published {assignment} -> {path}")
+    print(publish.WHAT_PUBLISHING_MEANS)
     return 0
 
 
@@ -360,8 +400,26 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="grades.csv, per-check pass rates and a score histogram in reports/")
     p.set_defaults(run=cmd_report)
 
+    p = sub.add_parser(
+        "publish", help="after its deadline: an assignment's solution, for later notebooks"
+    )
+    p.add_argument("assignments", nargs="+")
+    p.add_argument(
+        "--into", type=Path, default=None, help="folder of published solutions (default: ROOT/published)"
+    )
+    p.set_defaults(run=cmd_publish)
+
+    p = sub.add_parser("workspace", help="the learner's notebooks (the student release) in workspace/; keeps edits")
+    p.add_argument("--into", type=Path, default=REPO / "workspace", help="the learner's folder")
+    p.add_argument(
+        "--build", type=Path, default=REPO / ".workspace-build", help="nbgrader course root for the release"
+    )
+    p.set_defaults(run=cmd_workspace)
+
     args = parser.parse_args(argv)
     args.root = args.root.resolve()
+    if getattr(args, "into", "unset") is None:
+        args.into = args.root / "published"
     args.notebooks = args.notebooks.resolve()
     ensure_config(args.root)
     return args.run(args)
