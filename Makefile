@@ -1,6 +1,9 @@
-# The course's two commands (see README.md):
-#   make lab    set everything up, then open the notebooks in JupyterLab
-#   make test   set everything up, then run the whole test suite
+# The course's commands (see README.md):
+#   make lab         learners: set everything up, then open YOUR notebooks (workspace/, no solutions)
+#   make test        set everything up, then run the whole test suite
+#   make instructor  instructors and contributors: notebooks/ (the source, with solutions) and nbgrader's tools
+#   make publish NB=03_paged_kv_cache   self-learners, once done with a notebook: later notebooks may use
+#                                       the course's solution of it where yours is unfinished
 #   make demo   the lecture's copy-on-write demo alone, in JupyterLab (see docs/widgets.md);
 #               NOTEBOOK=path/to/04_fork_and_copy_on_write.ipynb runs a learner's class
 #   make demo-html  the same story as one static page, .demo/cow_story.html, for a room without a kernel
@@ -13,11 +16,15 @@ PINS   := requirements/cpu-pins.txt
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
 PYTEST_ARGS ?=
+WORKSPACE ?= workspace
+WORKSPACE_BUILD ?= .workspace-build
+# nbgrader's instructor tools switched off for learners (see config/learner-lab/README.md)
+LEARNER_LAB := $(CURDIR)/config/learner-lab
 
 DEMO_DIR := .demo
 NOTEBOOK ?=
 
-.PHONY: setup lab test lint clean-venv demo demo-html
+.PHONY: setup lab instructor publish test lint clean-venv demo demo-html
 
 setup: $(STAMP)
 
@@ -29,7 +36,16 @@ $(STAMP): $(PINS) pyproject.toml
 	touch $(STAMP)
 
 lab: setup
+	$(BIN)/python autograde/course.py workspace --into $(WORKSPACE) --build $(WORKSPACE_BUILD)
+	cd $(WORKSPACE) && JUPYTER_CONFIG_PATH="$(LEARNER_LAB)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(abspath $(BIN))/jupyter lab $(LAB_ARGS)
+
+instructor: setup
 	cd notebooks && ../$(BIN)/jupyter lab $(LAB_ARGS)
+
+publish: setup
+	@test -n "$(NB)" || { echo "usage: make publish NB=03_paged_kv_cache"; exit 2; }
+	$(BIN)/python autograde/course.py publish $(NB) --into published
 
 # A fresh copy each time (Lab saves outputs into the notebook it opens); the folder holds
 # nothing but the demo, so nothing else shows in Lab's file browser; demo/jupyter hides

@@ -1,10 +1,12 @@
 """The chapter's demos: `python run.py NAME [options]`, each ending with one JSON object on stdout.
 
+The demos are the modules of paged_helpers/demos/ (found there, not listed here); `python run.py
+--help` lists them with the first line of each module's docstring, for example:
+
     python run.py paged            static slots vs paged blocks on the seeded workload
-    python run.py cow              block counts of a fork and copy-on-write
-    python run.py prefix           eight requests sharing a system prompt
-    python run.py kernel           the paged decode kernel (benchmark on a GPU)
-    python run.py engine           continuous batching: static slots vs paged + prefix cache
+    python run.py radix            multi-turn chats: flat vs radix cache, FCFS vs cache-aware
+    python run.py gpu-check        on a CUDA GPU: every check, fork logits in bf16/fp32, notebooks 06, 07
+                                   and 09, the decode benchmark -> docs/gpu_check.json and .png
 
 Demos that need the learner's classes read them from the notebooks in --impl DIR
 (default: notebooks/, the instructor's source). Point it at your own copies to run the

@@ -6,6 +6,8 @@
     .venv/bin/python autograde/course.py grade              # nbgrader autograde, assignment by assignment
     .venv/bin/python autograde/course.py feedback           # nbgrader generate_feedback (HTML per student)
     .venv/bin/python autograde/course.py report             # grades.csv, pass rates, histogram
+    .venv/bin/python autograde/course.py publish NN_name    # after its deadline: the solution, for later notebooks
+    .venv/bin/python autograde/course.py workspace          # the learner's workspace/ (what `make lab` opens)
 
 Every command works on the course root (``--root``, default: this folder) and calls
 nbgrader's own CLI there, with the Python that runs this script (the grading kernels use
@@ -17,18 +19,31 @@ and the class report.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from paged_grading import collect, release_check, report, sandbox  # noqa: E402
+from paged_grading import (  # noqa: E402
+    collect,
+    coursedb,
+    feedback_files,
+    publish,
+    release_check,
+    report,
+    sandbox,
+    workspace,
+)
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 
@@ -48,15 +63,16 @@ def ensure_config(root: Path) -> None:
         )
 
 
-def nbgrader(root: Path, *args: str, check: bool = True) -> int:
+def nbgrader(root: Path, *args: str, check: bool = True, log: TextIO | None = None) -> int:
+    """Run nbgrader's CLI in ``root``; its output goes to ``log`` when given (parallel workers)."""
     command = [sys.executable, "-m", "nbgrader", *args]
-    print("$", "nbgrader", *args, flush=True)
+    print("$", "nbgrader", *args, flush=True, file=log or sys.stdout)
     # nbgrader runs `alembic` from PATH: put this Python's bin/ first, activated or not.
     env = {
         **os.environ,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
-    code = subprocess.run(command, cwd=root, env=env).returncode
+    code = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=log).returncode
     if check and code:
         raise SystemExit(f"nbgrader {args[0]} failed (exit {code})")
     return code
@@ -71,16 +87,54 @@ def _chosen(names: list[str], available: list[str]) -> list[str]:
     return names or available
 
 
-def cmd_release(args) -> int:
-    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+def release_into(root: Path, notebooks: Path, assignments: list[str], one_call: bool = False) -> None:
+    """notebooks/NN.ipynb -> root/source/NN/ -> nbgrader generate_assignment -> root/release/NN/.
+
+    ``one_call``: a single nbgrader run releases everything under root/source/ (about 4x faster
+    than one run per assignment; the learner's workspace uses it).
+    """
+    ensure_config(root)
     for assignment in assignments:
-        source = args.root / "source" / assignment
+        source = root / "source" / assignment
         if source.exists():
             shutil.rmtree(source)
         source.mkdir(parents=True)
-        shutil.copyfile(args.notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
-        nbgrader(args.root, "generate_assignment", assignment, "--force")
+        shutil.copyfile(notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
+        if not one_call:
+            nbgrader(root, "generate_assignment", assignment, "--force")
+    if one_call:
+        nbgrader(root, "generate_assignment", "*", "--force")
+
+
+def cmd_release(args) -> int:
+    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+    release_into(args.root, args.notebooks, assignments)
     print(f"released {len(assignments)} assignment(s) into {args.root / 'release'}")
+    return 0
+
+
+def cmd_workspace(args) -> int:
+    """The learner's notebooks: the student release, put where the learner's edits are safe."""
+    names = course_notebooks(args.notebooks)
+    build = args.build.resolve()
+    sources = {name: args.notebooks / f"{name}.ipynb" for name in names}
+    released = {name: build / "release" / name / f"{name}.ipynb" for name in names}
+    if workspace.stale_sources(build, sources, released):
+        print("releasing the course's notebooks with nbgrader (solutions and hidden tests removed)...")
+        release_into(build, args.notebooks, names, one_call=True)
+        workspace.record_release(build, sources)
+    for line in workspace.describe(args.into, workspace.sync(args.into, sources, released)):
+        print(line)
+    return 0
+
+
+def cmd_publish(args) -> int:
+    """An assignment's solution, for the later notebooks that build on it (after its deadline)."""
+    assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
+    for assignment in assignments:
+        path = publish.publish(args.notebooks / f"{assignment}.ipynb", args.into)
+        print(f"published {assignment} -> {path}")
+    print(publish.WHAT_PUBLISHING_MEANS)
     return 0
 
 
@@ -108,23 +162,41 @@ def cmd_check_release(args) -> int:
 def cmd_collect(args) -> int:
     assignments = set(course_notebooks(args.notebooks))
     submitted = args.root / "submitted"
+    roster = collect.Roster()  # one roster for every path: ids stay distinct across them
+    lines = []
     for path in args.paths:
         if path.is_dir():
-            result = collect.collect_folders(path, submitted, assignments)
+            result = collect.collect_folders(path, submitted, assignments, roster)
         elif path.suffix == ".zip":
-            result = collect.collect_zip(path, submitted, assignments, lms=args.lms)
+            result = collect.collect_zip(path, submitted, assignments, lms=args.lms, roster=roster)
         else:
             raise SystemExit(f"{path}: expected a folder of student folders or an LMS .zip export")
         students = sorted({student for student, _ in result.placed})
-        print(f"{path}: {len(result.placed)} notebook(s) from {len(students)} student(s) -> {submitted}")
-        for skipped in result.skipped:
-            print(f"  skipped (not a course notebook): {skipped}")
+        lines.append(f"{path}: {len(result.placed)} notebook(s) from {len(students)} student(s) -> {submitted}")
+        lines += [f"  skipped (not a course notebook): {skipped}" for skipped in result.skipped]
+        lines += [f"  several copies: {choice.describe()}" for choice in result.choices]
+    lines += [f"  student id {sid!r} for {raw!r}" for raw, sid in sorted(roster.renamed().items())]
+    if any("several copies" in line for line in lines):
+        lines.append(f"  rule for several copies of one notebook: {collect.CHOICE_RULE}")
+    print("\n".join(lines))
+    log = args.root / "reports" / "collect.log"
+    log.parent.mkdir(exist_ok=True)
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print(f"(also written to {log})")
     return 0
 
 
 def _students(root: Path) -> list[str]:
     submitted = root / "submitted"
     return sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.exists() else []
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text}")
+    return value
 
 
 def shard_of(students: list[str], shard: str | None) -> list[str]:
@@ -137,53 +209,149 @@ def shard_of(students: list[str], shard: str | None) -> list[str]:
     return [s for k, s in enumerate(sorted(students)) if k % count == index - 1]
 
 
+def _grade_one_student(root: Path, student: str, assignments: list[str], whole_course: bool) -> tuple[str, int, float]:
+    """Autograde one student in its own nbgrader process; its log goes to reports/grading-logs/."""
+    logs = root / "reports" / "grading-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    code = 0
+    submitted = [a for a in assignments if (root / "submitted" / student / a).is_dir()]
+    with open(logs / f"{student}.log", "w", encoding="utf-8") as log:
+        for assignment in ["*"] if whole_course else submitted:
+            code |= nbgrader(root, "autograde", assignment, "--force", f"--student={student}", check=False, log=log)
+    return student, code, time.perf_counter() - start
+
+
+def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_course: bool) -> list[str]:
+    """``--jobs N``: N nbgrader processes at a time, one student each, into one server gradebook."""
+    url = coursedb.db_url(args.root)
+    if not coursedb.allows_concurrent_writers(url):
+        raise SystemExit(
+            f"--jobs {args.jobs} needs a gradebook that takes concurrent writers, and {coursedb.shown(url)} is SQLite. "
+            'Set c.CourseDirectory.db_url = "postgresql://USER@HOST/DB" in nbgrader_config.py '
+            "(see autograde/README.md), or grade with --jobs 1."
+        )
+    print(f"grading {len(students)} student(s) with {args.jobs} workers into {coursedb.shown(url)}", flush=True)
+    failed = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = [pool.submit(_grade_one_student, args.root, s, assignments, whole_course) for s in students]
+        for run in as_completed(runs):
+            student, code, seconds = run.result()
+            print(f"  {student}: {'ok' if code == 0 else 'nbgrader reported errors'} ({seconds:.1f} s)", flush=True)
+            if code:
+                failed.append(student)
+    return sorted(failed)
+
+
+def ungraded(root: Path, students: list[str], assignments: list[str]) -> list[tuple[str, str]]:
+    """(student, assignment) submitted but with no autograded notebook: nbgrader gave up on it."""
+    return [
+        (student, assignment)
+        for student in students
+        for assignment in assignments
+        if (root / "submitted" / student / assignment / f"{assignment}.ipynb").exists()
+        and not (root / "autograded" / student / assignment / f"{assignment}.ipynb").exists()
+    ]
+
+
+def _report_ungraded(root: Path, missing: list[tuple[str, str]]) -> None:
+    path = root / "reports" / "ungraded.csv"
+    path.parent.mkdir(exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student_id", "assignment"])
+        writer.writerows(missing)
+    if missing:
+        print(f"NOT GRADED ({len(missing)}): nbgrader could not grade these submissions; they are listed in {path}")
+        for student, assignment in missing:
+            print(f"  NOT GRADED {student}/{assignment}: see reports/grading-logs/ or the log above")
+
+
+def _released(root: Path) -> list[str]:
+    source = root / "source"
+    return sorted(p.name for p in source.iterdir() if p.is_dir()) if source.exists() else []
+
+
 def cmd_grade(args) -> int:
     sandbox.configure(unsafe=args.no_sandbox_UNSAFE)
-    released = sorted(p.name for p in (args.root / "source").iterdir() if p.is_dir())
+    released = _released(args.root)
     assignments = _chosen(args.assignments, released)
     everyone = _students(args.root)
     mine = [args.student] if args.student else shard_of(everyone, args.shard)
     if not mine:
         raise SystemExit(f"no submissions under {args.root / 'submitted'}; run `collect` first")
-    selection = []
-    if args.student:
-        selection = [f"--student={args.student}"]
-    elif len(mine) < len(everyone):
-        others = sorted(set(everyone) - set(mine))
-        selection = [f"--CourseDirectory.student_id_exclude={','.join(others)}"]
-    if assignments == released:
-        # One nbgrader process for the whole course (saves its start-up per notebook); it takes the
-        # submissions in path order, submitted/<student>/<NN_name>: each student's notebooks in course order.
-        code = nbgrader(args.root, "autograde", "*", "--force", *selection, check=False)
-        failed = ["some assignments"] if code else []
+    whole_course = assignments == released
+    if args.jobs > 1:
+        failed = _grade_in_parallel(args, mine, assignments, whole_course)
     else:
-        failed = []
-        for assignment in assignments:  # in course order: later notebooks load earlier ones
-            if nbgrader(args.root, "autograde", assignment, "--force", *selection, check=False):
-                failed.append(assignment)
+        selection = []
+        if args.student:
+            selection = [f"--student={args.student}"]
+        elif len(mine) < len(everyone):
+            others = sorted(set(everyone) - set(mine))
+            selection = [f"--CourseDirectory.student_id_exclude={','.join(others)}"]
+        if whole_course:
+            # One nbgrader process for the whole course (saves its start-up per notebook); it takes the
+            # submissions in path order, submitted/<student>/<NN_name>: each student's notebooks in course order.
+            code = nbgrader(args.root, "autograde", "*", "--force", *selection, check=False)
+            failed = ["some assignments"] if code else []
+        else:
+            failed = []
+            for assignment in assignments:  # in course order: later notebooks load earlier ones
+                if nbgrader(args.root, "autograde", assignment, "--force", *selection, check=False):
+                    failed.append(assignment)
+    missing = ungraded(args.root, mine, assignments)
+    _report_ungraded(args.root, missing)
     if failed:
-        print(
-            f"nbgrader reported errors for: {', '.join(failed)} (see its log above); the others were graded"
-        )
-    return 1 if failed else 0
+        print(f"nbgrader reported errors for: {', '.join(failed)} (see its log above); the others were graded")
+    return 1 if failed or missing else 0
 
 
 def cmd_feedback(args) -> int:
     graded = sorted({p.name for s in (args.root / "autograded").glob("*") for p in s.iterdir() if p.is_dir()})
     assignments = _chosen(args.assignments, graded)
     selection = [f"--student={args.student}"] if args.student else []
+    failed = []
     for assignment in assignments:
-        nbgrader(args.root, "generate_feedback", assignment, "--force", *selection)
+        # nbgrader keeps going past a notebook it cannot convert and exits 1 at the end of the
+        # assignment: one broken notebook must not stop the feedback of the other assignments.
+        if nbgrader(args.root, "generate_feedback", assignment, "--force", *selection, check=False):
+            failed.append(assignment)
+    for problem in feedback_files.enforce_limits(args.root / "feedback"):
+        print(f"feedback limit: {problem}")
+    missing = [
+        (student.name, assignment.name)
+        for student in sorted((args.root / "autograded").glob("*"))
+        for assignment in sorted(student.iterdir())
+        if assignment.name in assignments
+        and (not args.student or student.name == args.student)
+        and not (args.root / "feedback" / student.name / assignment.name / f"{assignment.name}.html").exists()
+    ]
+    for student, assignment in missing:
+        print(f"NO FEEDBACK for {student}/{assignment}: nbgrader could not convert it (see its log above)")
     print(f"feedback HTML under {args.root / 'feedback'}")
-    return 0
+    if failed:
+        print(f"nbgrader reported errors in: {', '.join(failed)}; every other notebook got its feedback")
+    return 1 if failed or missing else 0
 
 
 def cmd_report(args) -> int:
     out = args.root / "reports"
     out.mkdir(exist_ok=True)
+    url = coursedb.db_url(args.root)
     nbgrader(args.root, "export", f"--to={out / 'grades.csv'}")
-    paths = report.write_report(f"sqlite:///{args.root / 'gradebook.db'}", out)
-    rates = report.pass_rates(report.autograded_scores(f"sqlite:///{args.root / 'gradebook.db'}"))
+    students, assignments = _students(args.root), _released(args.root)
+    missing = ungraded(args.root, students, assignments)
+    _report_ungraded(args.root, missing)
+    status = {
+        (student, assignment): report.GRADED
+        for student in students
+        for assignment in assignments
+        if (args.root / "autograded" / student / assignment / f"{assignment}.ipynb").exists()
+    }
+    report.add_status(out / "grades.csv", {**status, **{key: report.NOT_GRADED for key in missing}})
+    paths = report.write_report(url, out)
+    rates = report.pass_rates(report.autograded_scores(url))
     print(f"{'assignment':28} {'check':36} pass rate")
     for row in rates:
         print(f"{row['assignment']:28} {row['check']:36} {row['passed']}/{row['submissions']}")
@@ -231,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run student code WITHOUT the bubblewrap sandbox (only for code you trust)",
     )
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        help="students graded at once, one nbgrader process each (needs a PostgreSQL gradebook; default 1)",
+    )
     p.set_defaults(run=cmd_grade)
 
     p = sub.add_parser("feedback", help="nbgrader generate_feedback")
@@ -241,8 +415,26 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="grades.csv, per-check pass rates and a score histogram in reports/")
     p.set_defaults(run=cmd_report)
 
+    p = sub.add_parser(
+        "publish", help="after its deadline: an assignment's solution, for later notebooks"
+    )
+    p.add_argument("assignments", nargs="+")
+    p.add_argument(
+        "--into", type=Path, default=None, help="folder of published solutions (default: ROOT/published)"
+    )
+    p.set_defaults(run=cmd_publish)
+
+    p = sub.add_parser("workspace", help="the learner's notebooks (the student release) in workspace/; keeps edits")
+    p.add_argument("--into", type=Path, default=REPO / "workspace", help="the learner's folder")
+    p.add_argument(
+        "--build", type=Path, default=REPO / ".workspace-build", help="nbgrader course root for the release"
+    )
+    p.set_defaults(run=cmd_workspace)
+
     args = parser.parse_args(argv)
     args.root = args.root.resolve()
+    if getattr(args, "into", "unset") is None:
+        args.into = args.root / "published"
     args.notebooks = args.notebooks.resolve()
     ensure_config(args.root)
     return args.run(args)

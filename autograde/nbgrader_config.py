@@ -15,6 +15,10 @@ if str(HERE) not in sys.path:
 
 c = get_config()  # noqa: F821  (provided by traitlets when it runs this file)
 
+from paged_grading.speed import cache_schema_version_lookup  # noqa: E402
+
+cache_schema_version_lookup()  # nbgrader would otherwise run `alembic heads` each time it opens the gradebook
+
 c.CourseDirectory.course_id = "paged-attention"
 
 # --- executing submissions -------------------------------------------------------------------
@@ -30,6 +34,12 @@ c.FairExecute.responsive_grace = 10
 # The clean re-run of every test cell (second_opinion.py): same per-cell budgets.
 c.SecondOpinion.timeout = 120
 c.SecondOpinion.slow_assignments = c.FairExecute.slow_assignments
+# Demo and benchmark cells the instructor tagged are not run while grading. Only this tag skips
+# a cell (nbclient's default "skip-execution" could be put on a test cell by a student), and
+# RestoreCellRoles removes it from every test and solution cell.
+from paged_grading.sanitize import SKIP_TAG  # noqa: E402
+
+c.FairExecute.skip_cells_with_tag = SKIP_TAG
 
 # Known harmless stderr noise, removed before grading (everything else in a test cell's stderr
 # is shown as "[stderr] ..." and does not cost points; see paged_grading/outputs.py).
@@ -49,6 +59,7 @@ c.OverwriteCells.add_missing_cells = True
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
+    "paged_grading.sanitize.MatchLostMetadata",
     "paged_grading.sanitize.RestoreCellRoles",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
@@ -73,7 +84,9 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "paged_grading.outputs.StripGuard",
     "paged_grading.hidden.HideHiddenTests",
+    "paged_grading.outputs.DefuseMarkers",
     "nbgrader.preprocessors.ClearHiddenTests",
     "paged_grading.outputs.HideTestTracebacks",
+    "paged_grading.outputs.LimitOutputs",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

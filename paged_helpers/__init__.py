@@ -14,6 +14,7 @@ Map of the package:
   baselines         the static-slot cache learners compare against
   workloads         seeded request generators
   notebook_loader   taking a learner's classes out of an earlier notebook
+  unfinished        try_it: "Try it" cells that wait politely for unfinished code
   checks            one module per graded capability (check_block_allocator, ...)
   reference         slow, obvious attention references the kernels are compared against
   widgets           live block tables, the copy-on-write demo, the prefix-cache view
@@ -26,6 +27,7 @@ from . import device as _device  # first: sets TRITON_INTERPRET before anything 
 from .device import DEVICE, banner
 from .model import Qwen3, Qwen3Config, tiny_qwen3
 from .notebook_loader import NotebookLoadError, load_from_notebook
+from .unfinished import try_it
 from .words import tokenizer
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "tokenizer",
     "load_from_notebook",
     "NotebookLoadError",
+    "try_it",
 ]
 __version__ = "0.1.0"
 
@@ -73,5 +76,5 @@ def _in_notebook_kernel() -> bool:
     return "ipykernel" in sys.modules
 
 
-if _in_notebook_kernel():
+if _in_notebook_kernel() or _device.INFO.problem is not None:  # a problem is said at import, anywhere
     print(_device.INFO.banner())

@@ -138,6 +138,7 @@ class Qwen3Attention(nn.Module):
         if cache is None:
             keys, values, key_positions = k, v, positions
         else:
+            _check_cache_dtype(self.layer, cache, k)
             keys, values, key_positions = cache.update(self.layer, k, v, positions)
             _check_cache_reply(self.layer, cache, keys, values, key_positions, k)
 
@@ -149,6 +150,23 @@ class Qwen3Attention(nn.Module):
         visible = key_positions[:, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)  # [B, H, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, steps, self.heads * self.head_dim))
+
+
+def _check_cache_dtype(layer: int, cache: object, new_k: torch.Tensor) -> None:
+    """A cache whose pools hold another dtype than the model computes in would fail inside its own
+    update with torch's "Index put requires the source and destination dtypes match"; say instead
+    what to change. (load_qwen3 gives bfloat16 on a GPU, while caches default to float32.)"""
+    pools = getattr(cache, "k_pool", None)
+    pool = pools[layer] if isinstance(pools, (list, tuple)) and len(pools) > layer else pools
+    if isinstance(pool, torch.Tensor) and pool.dtype != new_k.dtype:
+        name = type(cache).__name__
+        held = str(pool.dtype).removeprefix("torch.")
+        computed = str(new_k.dtype).removeprefix("torch.")
+        raise TypeError(
+            f"{name} holds {held} keys and values, but the model computes in {computed}: build the cache "
+            f"in the model's dtype, {name}(..., dtype=model.dtype, device=model.device), or convert the "
+            f"model with model.to(torch.{held})."
+        )
 
 
 def _check_cache_reply(

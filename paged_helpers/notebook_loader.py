@@ -15,6 +15,15 @@ Where it looks, in order (``find_notebook``):
   4. sibling assignment folders ``../<stem>/<stem>.ipynb``: nbgrader's layout, where each
      notebook is an assignment of its own (source/, release/, submitted/<student>/ and
      autograded/<student>/ all look like this).
+
+The fallback (``load_from_notebook``): when the learner's definition is missing, cannot be
+loaded or is unfinished, the course's *published* solution of that notebook is used instead,
+if there is one: ``published/<stem>.ipynb`` in the current folder or one of its three parents
+(the repository root seen from ``workspace/``; the course root seen from
+``autograded/<student>/<assignment>/``). Only ``course.py publish`` writes there, after the
+assignment's deadline (a self-learner runs ``make publish NB=<stem>``). An unpublished
+solution is never a fallback: this module reads no other folder for one. Every call prints
+which implementation it used.
 """
 
 from __future__ import annotations
@@ -55,7 +64,25 @@ def find_notebook(name: str, search: Iterable[str | Path] = ()) -> Path:
         if path.is_file():
             return path.resolve()
     tried = "\n  ".join(str(p) for p in dict.fromkeys(candidates))
-    raise NotebookLoadError(f"notebook {filename} not found. Looked in:\n  {tried}")
+    raise NotebookLoadError(
+        f"notebook {filename} not found. Looked in:\n  {tried}\n"
+        f"What to do: put your {filename} in the same folder as this notebook (in the course: workspace/, "
+        f"which `make lab` fills), or pass its folder: load_from_notebook({stem!r}, ..., search=['its/folder'])."
+    )
+
+
+PUBLISHED = "published"
+
+
+def find_published(name: str) -> Path | None:
+    """The course's published solution of notebook ``name``, if it has been published (see the module)."""
+    filename = f"{name.removesuffix('.ipynb')}.ipynb"
+    here = Path.cwd()
+    for folder in [here, *list(here.parents)[:3]]:
+        path = folder / PUBLISHED / filename
+        if path.is_file():
+            return path.resolve()
+    return None
 
 
 def _cell_source_without_magics(source: str) -> str:
@@ -133,7 +160,10 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:
-        raise NotebookLoadError(f"{path} could not be read as a notebook: {error}") from error
+        raise NotebookLoadError(
+            f"{path} could not be read as a notebook: {error}. Open it in JupyterLab and save it again, or for a "
+            "fresh copy rename it and run `make lab` (your other notebooks are left as they are)."
+        ) from error
     module_name = module_name or "learner_" + "".join(c if c.isalnum() else "_" for c in path.stem)
     module = types.ModuleType(module_name)
     module.__file__ = str(path)
@@ -179,7 +209,8 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     except Exception as error:
         del sys.modules[module_name]
         raise NotebookLoadError(
-            f"running the definitions of {path.name} failed with {type(error).__name__}: {error}"
+            f"running the definitions of {path.name} failed with {type(error).__name__}: {error}. "
+            f"Open {path.name}, run its cells to see where, fix it, save it, then run this cell again."
         ) from error
     finally:
         _LOADING_FROM.pop()
@@ -191,37 +222,83 @@ def load_from_notebook(
     names: str | Sequence[str],
     search: Iterable[str | Path] = (),
     allow_unimplemented: bool = True,
+    use: str = "auto",
 ):
     """The named definitions from an earlier notebook: one object for one name, else a tuple.
 
     >>> BlockAllocator = load_from_notebook("02_block_allocator", "BlockAllocator")
 
-    Raises NotebookLoadError when the notebook or a name is missing. A definition that still
-    raises NotImplementedError is returned with a printed note (stdout), so that notebook 04
-    still runs, and is graded, while 03 is unfinished: each check then says which earlier
-    notebook to finish. Scripts that need working code pass ``allow_unimplemented=False``
-    to get a NotebookLoadError instead.
+    ``use``: "auto" (yours; the course's published solution where yours is missing, does not
+    load or is unfinished), "yours" (never the published one) or "published" (the published
+    one, e.g. when yours is finished but buggy and you want to get on). Prints one line saying
+    which implementation it used.
+
+    With neither a finished definition of yours nor a published one, an unfinished definition
+    is returned with a printed note, so that notebook 04 still runs, and is graded, while 03 is
+    unfinished: each check then says which earlier notebook to finish. Scripts that need
+    working code pass ``allow_unimplemented=False`` to get a NotebookLoadError instead.
+    Raises NotebookLoadError when a notebook or a name is missing and nothing was published.
     """
-    path = find_notebook(notebook, search)
-    module = load_definitions(path)
+    if use not in ("auto", "yours", "published"):
+        raise ValueError(f"use must be 'auto', 'yours' or 'published', got {use!r}")
     wanted = [names] if isinstance(names, str) else list(names)
-    found = []
-    for name in wanted:
-        if not hasattr(module, name):
+    stem = notebook.removesuffix(".ipynb")
+    published = find_published(stem) if use != "yours" else None
+    if use == "published":
+        if published is None:
             raise NotebookLoadError(
-                f"{path.name} defines no `{name}`. Define it at the top level of a code cell in that "
-                "notebook (and keep its name), then run this cell again."
+                f"{stem} has not been published yet: the course's solution of it becomes available after its "
+                "deadline (instructors: `course.py publish`; self-learners: `make publish NB=...`). "
+                f"Load your own with use='auto'."
             )
-        unfinished = [
-            part for part in module.__unimplemented__ if part == name or part.startswith(f"{name}.")
-        ]
-        if unfinished:
-            message = (
-                f"`{name}` in {path.name} is not finished: {', '.join(unfinished)} still raise(s) "
-                f"NotImplementedError. Complete {path.stem} first"
-            )
-            if not allow_unimplemented:
-                raise NotebookLoadError(message + ", then come back here.")
-            print(f"note: {message}; the checks that use it will fail until then.")
-        found.append(getattr(module, name))
-    return found[0] if isinstance(names, str) else tuple(found)
+        return _published_definitions(published, wanted, names, reason="you asked for it (use='published')")
+    try:
+        path = find_notebook(notebook, search)
+        module = load_definitions(path)
+        missing = [name for name in wanted if not hasattr(module, name)]
+    except NotebookLoadError as error:
+        if published is None:
+            raise
+        return _published_definitions(published, wanted, names, reason=f"yours could not be used: {error}")
+    if missing:
+        if published is not None:
+            reason = f"your {path.name} defines no `{missing[0]}`"
+            return _published_definitions(published, wanted, names, reason=reason)
+        raise NotebookLoadError(
+            f"{path.name} defines no `{missing[0]}`. Define it at the top level of a code cell in that "
+            "notebook (and keep its name), run that cell, then run this cell again."
+        )
+    unfinished = [
+        part
+        for name in wanted
+        for part in module.__unimplemented__
+        if part == name or part.startswith(f"{name}.")
+    ]
+    if unfinished:
+        message = (
+            f"{', '.join(f'`{n}`' for n in wanted)} in {path.name} is not finished: "
+            f"{', '.join(unfinished)} still raise(s) NotImplementedError"
+        )
+        if published is not None:
+            return _published_definitions(published, wanted, names, reason=message)
+        if not allow_unimplemented:
+            raise NotebookLoadError(message + f". Complete {path.stem} first, then come back here.")
+        print(
+            f"note: {message}. Complete {path.stem} first; the checks that use it say so until then. "
+            "(Once the course publishes its solution of that notebook, it is used here instead.)"
+        )
+    else:
+        print(f"using your {', '.join(f'`{n}`' for n in wanted)} from {path.name}")
+    found = tuple(getattr(module, name) for name in wanted)
+    return found[0] if isinstance(names, str) else found
+
+
+def _published_definitions(path: Path, wanted: list[str], names: str | Sequence[str], reason: str):
+    module = load_definitions(path, module_name="published_" + "".join(c if c.isalnum() else "_" for c in path.stem))
+    missing = [name for name in wanted if not hasattr(module, name)]
+    if missing:
+        raise NotebookLoadError(f"the published {path.name} defines no `{missing[0]}`: ask your instructor.")
+    again = "" if "use='published'" in reason else " Yours is used again as soon as it is finished."
+    print(f"using the course's published {', '.join(f'`{n}`' for n in wanted)} from {path} ({reason}).{again}")
+    found = tuple(getattr(module, name) for name in wanted)
+    return found[0] if isinstance(names, str) else found

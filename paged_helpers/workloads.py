@@ -157,3 +157,117 @@ def serving_workload(
             )
         )
     return requests
+
+
+# --- Prompts that share prefixes in different ways (notebook 10, run.py radix) ------------------
+
+
+@dataclass(frozen=True)
+class ChatWorkload:
+    """Seeded multi-turn chats: ``turns[c][t]`` is the prompt of turn t of conversation c.
+
+    Each prompt is the whole conversation so far: a system prompt every conversation shares, then
+    user message 1, reply 1, ..., user message t. So turn t + 1's prompt starts with turn t's, plus
+    the reply to it and the next user message: the cache hits only if turn t's blocks survived.
+    """
+
+    turns: list[list[list[int]]] = field(repr=False)
+    parameters: dict
+    name: str = "multi_turn_chats"  # the generator that made it
+
+    @property
+    def requests(self) -> int:
+        return sum(len(conversation) for conversation in self.turns)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(prompt) for conversation in self.turns for prompt in conversation)
+
+
+def _length(rng: random.Random, bounds: tuple[int, int], name: str) -> int:
+    low, high = bounds
+    if not 0 < low <= high:
+        raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got {bounds!r}")
+    return rng.randint(low, high)
+
+
+def multi_turn_chats(
+    conversations: int = 12,
+    turns: int = 6,
+    system_tokens: int = 32,
+    user_tokens: tuple[int, int] = (8, 24),
+    reply_tokens: tuple[int, int] = (16, 48),
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> ChatWorkload:
+    """``conversations`` chats of ``turns`` turns each; see ChatWorkload."""
+    if conversations < 1 or turns < 1 or system_tokens < 0:
+        raise ValueError(
+            "conversations and turns must be positive and system_tokens non-negative, got "
+            f"{conversations}, {turns}, {system_tokens}"
+        )
+    rng = random.Random(seed)
+    system = random_tokens(system_tokens, vocab_size, rng)
+    chats = []
+    for _ in range(conversations):
+        history, prompts = list(system), []
+        for turn in range(turns):
+            if turn:  # the reply to the previous turn is part of this turn's prompt
+                history += random_tokens(_length(rng, reply_tokens, "reply_tokens"), vocab_size, rng)
+            history += random_tokens(_length(rng, user_tokens, "user_tokens"), vocab_size, rng)
+            prompts.append(list(history))
+        chats.append(prompts)
+    parameters = {
+        "conversations": conversations,
+        "turns": turns,
+        "system_tokens": system_tokens,
+        "user_tokens": list(user_tokens),
+        "reply_tokens": list(reply_tokens),
+        "vocab_size": vocab_size,
+        "seed": seed,
+    }
+    return ChatWorkload(chats, parameters)
+
+
+def few_shot_prompts(
+    count: int = 16,
+    instruction_tokens: int = 16,
+    examples: int = 6,
+    shots: int = 3,
+    example_tokens: tuple[int, int] = (16, 32),
+    question_tokens: int = 8,
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> list[list[int]]:
+    """Prompts of one instruction, ``shots`` of a pool of ``examples`` in a seeded order, a question.
+
+    Two prompts share the instruction and then only as many examples as they list in the same
+    order: a prefix cache reuses exactly that run, whatever else they have in common.
+    """
+    if not 0 < shots <= examples:
+        raise ValueError(f"shots must be between 1 and examples ({examples}), got {shots}")
+    rng = random.Random(seed)
+    instruction = random_tokens(instruction_tokens, vocab_size, rng)
+    pool = [random_tokens(_length(rng, example_tokens, "example_tokens"), vocab_size, rng) for _ in range(examples)]
+    prompts = []
+    for _ in range(count):
+        chosen = rng.sample(range(examples), shots)
+        body = [token for index in chosen for token in pool[index]]
+        prompts.append(instruction + body + random_tokens(question_tokens, vocab_size, rng))
+    return prompts
+
+
+def document_questions(
+    questions: int = 16,
+    document_tokens: int = 256,
+    question_tokens: tuple[int, int] = (8, 16),
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> list[list[int]]:
+    """One shared document followed by each of ``questions`` different questions."""
+    rng = random.Random(seed)
+    document = random_tokens(document_tokens, vocab_size, rng)
+    return [
+        document + random_tokens(_length(rng, question_tokens, "question_tokens"), vocab_size, rng)
+        for _ in range(questions)
+    ]

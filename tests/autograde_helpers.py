@@ -36,14 +36,18 @@ if str(AUTOGRADE) not in sys.path:
 # Re-exported for the test modules, so that they need not touch sys.path themselves.
 from paged_grading import (  # noqa: E402
     collect,
+    coursedb,
+    feedback_files,
     guard,
     hidden,
     kernel_guard,
     opinion_runner,
     outputs,
+    pgserver,
     release_check,
     report,
     sandbox,
+    sanitize,
     second_opinion,
 )
 
@@ -58,6 +62,10 @@ __all__ = [
     "report",
     "sandbox",
     "second_opinion",
+    "coursedb",
+    "feedback_files",
+    "pgserver",
+    "sanitize",
 ]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

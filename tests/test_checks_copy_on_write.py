@@ -164,3 +164,34 @@ def released(tmp_path):
 def test_release_says_not_implemented_yet(check, released):
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check(released)
+
+
+@pytest.fixture
+def in_bfloat16(monkeypatch):
+    """check_fork_logits with its model in bfloat16, as gpu-check runs it; returns a cache-class wrapper."""
+    import torch
+
+    from paged_helpers.checks import copy_on_write
+
+    original = copy_on_write.tiny_qwen3
+    monkeypatch.setattr(copy_on_write, "tiny_qwen3", lambda *a, **k: original(*a, **{**k, "dtype": torch.bfloat16}))
+
+    def wrap(cache_class):
+        class CacheInBfloat16(cache_class):
+            def __init__(self, *args, **kwargs):
+                kwargs.setdefault("dtype", torch.bfloat16)
+                super().__init__(*args, **kwargs)
+
+        return CacheInBfloat16
+
+    return wrap
+
+
+def test_fork_logits_in_bfloat16_passes_the_right_cache(right, in_bfloat16):
+    check_fork_logits(in_bfloat16(right))
+
+
+@pytest.mark.parametrize("bug", ["no_copy_on_write", "keys_only", "first_layer_only"])
+def test_fork_logits_in_bfloat16_still_catches_wrong_logits(bug, wrong_caches, in_bfloat16, failing_message):
+    """bfloat16's wider tolerance (rounding of the logits) is still far below what a data bug does."""
+    assert "logits" in failing_message(check_fork_logits, in_bfloat16(wrong_caches[bug]))

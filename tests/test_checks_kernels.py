@@ -482,3 +482,100 @@ def test_decode_check_refuses_the_reference_and_torch_code():
 
 def test_prefill_check_refuses_the_reference():
     assert "called the reference" in message_of(check_paged_prefill, paged_prefill_reference)
+
+
+# --------------------------------------------------------------------------- edge cases (issue 11)
+
+DECODE_M_INIT = 'm = tl.full((), -float("inf"), tl.float32)                  # running max of the scores'
+SPLIT_M_INIT = (
+    '    m = tl.full((), -float("inf"), tl.float32)\n    l = tl.zeros((), tl.float32)\n    acc = tl.zeros((D,)'
+)
+PREFILL_M_INIT = 'm = tl.full((TILE,), -float("inf"), tl.float32)'
+NEGATIVE_ROWS = "Every score here is far below zero"
+
+
+def test_decode_running_max_from_zero_fails_on_all_negative_scores(tmp_path):
+    wrong = variant(tmp_path, DECODE, "paged_decode_attention", (DECODE_M_INIT, "m = tl.zeros((), tl.float32)"))
+    message = message_of(check_paged_decode, wrong)
+    assert "every score far below zero" in message
+    assert NEGATIVE_ROWS in message and "The running max must start at -inf" in message
+
+
+def test_split_k_running_max_from_zero_fails_on_all_negative_scores(tmp_path):
+    wrong = variant(
+        tmp_path,
+        DECODE,
+        "split_k_decode_attention",
+        (SPLIT_M_INIT, SPLIT_M_INIT.replace('tl.full((), -float("inf"), tl.float32)', "tl.zeros((), tl.float32)")),
+    )
+    message = message_of(check_split_k_decode, wrong)
+    assert "2 splits with every score far below zero" in message
+    assert "The running max must start at -inf" in message
+
+
+def test_prefill_running_max_from_zero_fails_on_all_negative_scores(tmp_path):
+    wrong = variant(tmp_path, PREFILL, "paged_prefill_attention", (PREFILL_M_INIT, "m = tl.zeros((TILE,), tl.float32)"))
+    message = message_of(check_paged_prefill, wrong)
+    assert "every score far below zero" in message
+    assert "The running max must start at -inf" in message
+
+
+def test_prefill_store_without_the_row_mask_is_caught_by_the_guard_band(tmp_path):
+    """Rows past the last new token are stored past the end of out: the band after it changes
+    (deterministically; before the bands this was caught only when the write crashed the process)."""
+    wrong = variant(
+        tmp_path,
+        PREFILL,
+        "paged_prefill_attention",
+        (
+            "tl.store(out_ptr + q_offsets, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])",
+            "tl.store(out_ptr + q_offsets, out.to(out_ptr.dtype.element_ty))",
+        ),
+    )
+    message = message_of(check_paged_prefill, wrong)
+    assert "a fresh prompt: 11 new tokens" in message
+    assert "expected: stores only inside the output tensor [11, 2, 16]" in message
+    assert "got:      your kernel wrote 160 values past its end" in message
+    assert "row < new_tokens" in message
+
+
+def test_decode_store_one_row_too_far_is_caught_by_the_guard_band(tmp_path):
+    """Each program stores one head further on: the last head of the last sequence lands past the end."""
+    wrong = variant(
+        tmp_path,
+        DECODE,
+        "paged_decode_attention",
+        (
+            "tl.store(out_ptr + (seq * heads + h) * D + rd,",
+            "tl.store(out_ptr + (seq * heads + h + 1) * D + rd,",
+        ),
+    )
+    message = message_of(check_paged_decode, wrong)
+    assert "stores only inside the output tensor [1, 2, 16]" in message
+    assert "16 values past its end" in message
+
+
+def test_a_grid_that_misses_heads_leaves_values_never_written(tmp_path):
+    wrong = variant(
+        tmp_path,
+        DECODE,
+        "paged_decode_attention",
+        ("paged_decode_kernel[(batch, q_heads)](", "paged_decode_kernel[(batch, q_heads // 2)]("),
+    )
+    message = message_of(check_paged_decode, wrong)
+    assert "16 values never written (they still hold 1234" in message
+    assert "compare your grid with the output's shape" in message
+
+
+def test_the_negative_scenarios_are_all_far_below_zero():
+    from paged_helpers.checks.kernel_scenarios import DECODE_CASES, PREFILL_CASES, decode_inputs, prefill_inputs
+
+    case = next(c for c in DECODE_CASES if c.negative_scores)
+    inputs = decode_inputs(case, torch.float32)
+    keys = inputs.k_pool[:, 0]  # [N, block, D]: every slot, stale ones too
+    scores = torch.einsum("bhd,nsd->bhns", inputs.q, keys) / case.head_dim**0.5
+    assert float(scores.max()) < -104  # exp underflows to 0 in float32 below about -104
+    prefill = next(c for c in PREFILL_CASES if c.negative_scores)
+    inputs = prefill_inputs(prefill, torch.float32)
+    scores = torch.einsum("thd,nsd->thns", inputs.q, inputs.k_pool[:, 0]) / prefill.head_dim**0.5
+    assert float(scores.max()) < -104

@@ -1,68 +1,46 @@
-"""The README's main-job command (`make lab`) brings JupyterLab up on the notebooks folder."""
+"""The README's commands bring JupyterLab up where they say.
+
+``make lab`` (learners): the student release of every notebook in a workspace folder, no
+solution or rubric text in anything served, nbgrader's instructor tools switched off.
+``make instructor``: notebooks/ (the source) with the formgrader.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import signal
-import socket
-import subprocess
-import time
-import urllib.request
 
 import pytest
 
-from conftest import NOTEBOOKS, ROOT
+from conftest import NOTEBOOKS
+from lab_support import get, make_server, page_config
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+COURSE = {path.name for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+INSTRUCTOR_ONLY = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS", "### END SOLUTION")
 
 
 @pytest.mark.slow
-def test_make_lab_serves_the_notebooks(tmp_path):
-    port, token = free_port(), secrets.token_hex(8)
-    env = {
-        **os.environ,
-        **{
-            name: str(tmp_path / name.lower())
-            for name in (
-                "JUPYTER_CONFIG_DIR",
-                "JUPYTER_RUNTIME_DIR",
-                "JUPYTERLAB_SETTINGS_DIR",
-                "JUPYTERLAB_WORKSPACES_DIR",
-            )
-        },
-    }
-    args = f"--no-browser --allow-root --ip=127.0.0.1 --port={port} --ServerApp.token={token}"
-    server = subprocess.Popen(
-        ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline, listing = time.monotonic() + 60, None
-        while time.monotonic() < deadline and listing is None:
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=2
-                ) as reply:
-                    listing = json.load(reply)
-            except OSError:
-                assert server.poll() is None, "make lab exited before JupyterLab answered"
-                time.sleep(0.5)
-        assert listing is not None, "JupyterLab did not answer within 60 s"
-        names = {item["name"] for item in listing["content"]}
-        course = {path.name for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-        assert course and course <= names, f"JupyterLab serves {sorted(names)}, not the course's notebooks"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=5) as page:
-            assert page.status == 200 and b"JupyterLab" in page.read()
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+def test_make_lab_serves_the_learner_workspace_without_instructor_tools(tmp_path):
+    workspace = tmp_path / "workspace"
+    with make_server("lab", tmp_path, f"WORKSPACE={workspace}") as (base, token):
+        status, listing = get(f"{base}/api/contents?token={token}")
+        names = {item["name"] for item in json.loads(listing)["content"]}
+        assert COURSE and COURSE <= names, f"make lab serves {sorted(names)}, not the course's notebooks"
+        for name in sorted(COURSE):
+            status, body = get(f"{base}/api/contents/{name}?token={token}&content=1")
+            text = json.dumps(json.loads(body)["content"])
+            assert status == 200 and not [m for m in INSTRUCTOR_ONLY if m in text], f"{name} shows instructor text"
+            assert "raise NotImplementedError()" in text, f"{name} is not the student release"
+        config = page_config(base, token)
+        disabled = set(config.get("disabledExtensions", []))
+        assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:menu"} <= disabled, disabled
+        assert get(f"{base}/formgrader?token={token}")[0] == 404, "the formgrader answers in the learner's lab"
+    assert (workspace / ".generated.json").is_file()
+
+
+@pytest.mark.slow
+def test_make_instructor_serves_the_source_with_nbgrader(tmp_path):
+    with make_server("instructor", tmp_path) as (base, token):
+        status, body = get(f"{base}/api/contents/02_block_allocator.ipynb?token={token}&content=1")
+        assert status == 200 and "### BEGIN SOLUTION" in body.decode()
+        disabled = set(page_config(base, token).get("disabledExtensions", []))
+        assert "@jupyter/nbgrader:create-assignment" not in disabled

@@ -23,6 +23,7 @@ Triton notebooks, whose checks run kernels in the CPU interpreter.
 from __future__ import annotations
 
 import copy
+import time
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -40,6 +41,13 @@ TIMEOUT = "CellTimeoutError"
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def _cell_label(cell: NotebookNode, index: int) -> str:
+    """'cell 7 (test_block_allocator)' or 'cell 4 (time.sleep(600))': which cell, in the learner's terms."""
+    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return f"cell {index + 1} ({grade_id or first[:60]})"
 
 
 def _has_error(cell: NotebookNode, *names: str) -> bool:
@@ -97,6 +105,8 @@ class FairExecute(Execute):
                 return len(cells)
             for index in range(start, len(cells)):
                 cell = cells[index]
+                self._timed_out = False
+                started = time.perf_counter()
                 try:
                     self.preprocess_cell(cell, resources, index)
                 except DeadKernelError:
@@ -112,7 +122,17 @@ class FairExecute(Execute):
                     self.shutdown_kernel = "immediate"
                     return index + 1
                 except CellTimeoutError:  # nbclient gave up waiting for the interrupted cell's output
-                    cell.outputs.append(_error_output(TIMEOUT, f"this cell ran longer than {self.timeout} s"))
+                    self._timed_out = True
+                if self._timed_out:
+                    elapsed = time.perf_counter() - started
+                    self.log.warning("Cell %d timed out after %.0f s (limit %d s)", index, elapsed, self.timeout)
+                    cell.outputs.append(
+                        _error_output(
+                            TIMEOUT,
+                            f"{_cell_label(cell, index)} was stopped after {elapsed:.0f} s: the limit is "
+                            f"{self.timeout} s per cell",
+                        )
+                    )
                 if _has_error(cell, TIMEOUT) and not self._responsive():
                     self.log.warning("Kernel unresponsive after a timeout in cell %d; restarting", index)
                     cell.outputs.append(
@@ -139,6 +159,10 @@ class FairExecute(Execute):
             except DeadKernelError:
                 return False
         return True
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True  # remembered so that the cell's outputs say which cell and how long
+        return await super()._async_handle_timeout(timeout, cell)
 
     def _responsive(self) -> bool:
         saved, self.timeout = self.timeout, self.responsive_grace

@@ -54,12 +54,36 @@ def installed_package_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+# Where an installed paged_helpers keeps the course's data/ (see setup.py and paged_helpers.course_data).
+_INSTALLED_DATA = "course_data/files"
+
+
 def _package_files(package_dir: Path) -> dict[str, bytes]:
-    return {
+    """Every file of the package; from a clone (an editable install), also the clone's data/ folder,
+    placed where an installed package keeps it, so that a copy of the package finds its data."""
+    files = {
         path.relative_to(package_dir).as_posix(): path.read_bytes()
         for path in sorted(package_dir.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts
     }
+    clone_data = package_dir.parent / "data"
+    if not (package_dir / _INSTALLED_DATA).is_dir() and clone_data.is_dir():
+        files.update(
+            {
+                f"{_INSTALLED_DATA}/{path.relative_to(clone_data).as_posix()}": path.read_bytes()
+                for path in sorted(clone_data.rglob("*"))
+                if path.is_file()
+            }
+        )
+    return files
+
+
+def _on_disk(package_dir: Path, relative: str) -> Path:
+    """Where the snapshot's file ``relative`` lives: data taken from a clone goes back to the clone's data/."""
+    prefix = f"{_INSTALLED_DATA}/"
+    if relative.startswith(prefix) and not (package_dir / _INSTALLED_DATA).is_dir():
+        return package_dir.parent / "data" / relative.removeprefix(prefix)
+    return package_dir / relative
 
 
 class HelperSnapshot:
@@ -91,7 +115,7 @@ class HelperSnapshot:
 
     def restore(self, changed: list[str]) -> None:
         for relative in changed:
-            path = self.package_dir / relative
+            path = _on_disk(self.package_dir, relative)
             if relative in self.files:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(self.files[relative])

@@ -9,7 +9,10 @@ file's SHA-256, then call ``fresh_helpers(root, manifest_sha256)``, which
 2. drops every ``paged_helpers`` module from ``sys.modules`` and imports the package afresh
    from the pristine copy, under its real name (so a check that pickles a function by name
    for a child process still finds it);
-3. returns the fresh package, which the cell binds to ``ph``.
+3. marks the run as graded (``PAGED_HELPERS_GRADED=1``, read by ``checks.report`` when a check
+   starts): a check cell that asks ``unfinished="note"`` so that Run All goes on in a learner's
+   workspace still fails here, and unfinished code scores zero;
+4. returns the fresh package, which the cell binds to ``ph``.
 
 So a learner cell that replaced ``ph.checks.check_block_allocator``, patched a function inside
 a check module, swapped a function's ``__code__``, or edited the installed package on disk
@@ -25,10 +28,13 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
 PACKAGE = "paged_helpers"
+# Must equal paged_helpers.checks.report.GRADED_ENV (tests/test_grading_guard.py compares them).
+GRADED_ENV = "PAGED_HELPERS_GRADED"
 
 
 def _sha256(path: Path) -> str:
@@ -64,6 +70,7 @@ def verify(root: str | Path, manifest_sha256: str) -> Path:
 def fresh_helpers(root: str | Path, manifest_sha256: str):
     """A freshly imported ``paged_helpers`` from the verified pristine copy under ``root``."""
     package_dir = verify(root, manifest_sha256)
+    os.environ[GRADED_ENV] = "1"
     for name in [n for n in sys.modules if n == PACKAGE or n.startswith(PACKAGE + ".")]:
         del sys.modules[name]
     spec = importlib.util.spec_from_file_location(

@@ -12,14 +12,23 @@ in tracebacks. Neither is what this course wants:
 * ``HideTestTracebacks`` (feedback): a failing test cell shows only the check's message
   (scenario, expected, got, hint), never the traceback frames that would print hidden-test
   lines. ``ClearHiddenTests`` removes the hidden lines from the cell source itself.
+* ``DefuseMarkers`` (feedback, before ClearHiddenTests): a student's own cell that mentions
+  the hidden-test markers (a comment "### BEGIN HIDDEN TESTS") would make ClearHiddenTests
+  raise, and that student would get no feedback page. Outside the grader's test cells the
+  marker words are shown with a no-break space, which nbgrader does not recognise.
+* ``LimitOutputs`` (feedback): an output larger than ``max_output_bytes`` (a 47 MiB image or
+  print loop) is replaced by a line saying how big it was, and once the page's outputs reach
+  ``max_page_output_bytes`` the remaining ones are left out the same way.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Integer
 
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
@@ -56,3 +65,49 @@ class HideTestTracebacks(NbGraderPreprocessor):
                 if output.get("output_type") == "error":
                     output["traceback"] = [check_message(output)]
         return cell, resources
+
+
+MARKER_WORDS = ("HIDDEN TESTS", "HIDDEN\tTESTS")
+DEFUSED = "HIDDEN\u00a0TESTS"
+
+
+class DefuseMarkers(NbGraderPreprocessor):
+    def preprocess_cell(self, cell, resources, index):
+        if not is_autograded_test(cell):
+            for word in MARKER_WORDS:
+                cell.source = cell.source.replace(word, DEFUSED)
+        return cell, resources
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
+class LimitOutputs(NbGraderPreprocessor):
+    max_output_bytes = Integer(256 * 1024, help="Largest single output kept in feedback (bytes of JSON).").tag(
+        config=True
+    )
+    max_page_output_bytes = Integer(
+        4 * 1024 * 1024, help="Outputs kept per feedback page, in all (bytes of JSON)."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        kept = 0
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            for index, output in enumerate(cell.get("outputs", [])):
+                size = len(json.dumps(output))
+                if size > self.max_output_bytes:
+                    why = f"the limit is {_mib(self.max_output_bytes)} per output"
+                elif kept + size > self.max_page_output_bytes:
+                    why = f"the page already holds {_mib(kept)} of outputs"
+                else:
+                    kept += size
+                    continue
+                cell.outputs[index] = NotebookNode(
+                    output_type="stream",
+                    name="stdout",
+                    text=f"[an output of {_mib(size)} is left out of this feedback page: {why}]\n",
+                )
+        return nb, resources

@@ -9,11 +9,13 @@ Two questions, for every released notebook:
    computational line; input validation like ``raise ValueError(...)`` is shared on purpose)?
 2. Behaviour: executed as a learner receives it (all releases side by side, nothing
    implemented), does every autograded test cell fail with "not implemented yet", with the
-   kernel alive, rather than crash or pass?
+   kernel alive, rather than crash or pass? The run is a graded one (as in autograde), so a
+   check cell that asks ``unfinished="note"`` must still fail.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -23,6 +25,7 @@ from pathlib import Path
 import nbformat
 
 from .guard import installed_package_dir, is_autograded_test
+from .kernel_guard import GRADED_ENV
 from .outputs import check_message
 
 MIN_LINE = 16
@@ -167,7 +170,16 @@ def run_release(release_dir: Path, assignments: list[str], timeout: int = 600) -
                 kernel_name="python3",
                 resources={"metadata": {"path": str(folder)}},
             )
-            client.execute()
+            # The kernel inherits this process's environment: grade it as autograde would.
+            previous = os.environ.get(GRADED_ENV)
+            os.environ[GRADED_ENV] = "1"
+            try:
+                client.execute()
+            finally:
+                if previous is None:
+                    del os.environ[GRADED_ENV]
+                else:
+                    os.environ[GRADED_ENV] = previous
             run = ReleaseRun(assignment)
             run.verdicts = [_verdict(cell) for cell in notebook.cells if is_autograded_test(cell)]
             results.append(run)

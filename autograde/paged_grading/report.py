@@ -2,7 +2,8 @@
 
 Files written into ``reports/``:
   grades.csv           nbgrader's own ``nbgrader export`` (one row per student and assignment;
-                       written by course.py, not here)
+                       written by course.py), plus a ``status`` column: "graded", "not submitted",
+                       or NOT_GRADED for a submission nbgrader gave up on (never a silent 0)
   checks.csv           one row per student and autograded test cell: score, max, passed
   pass_rates.csv       per test cell ("check"): submissions, passed, pass rate
   score_histogram.png  each student's autograded total, as a percentage of the maximum
@@ -88,7 +89,7 @@ def student_totals(rows: list[CheckScore]) -> dict[str, tuple[float, float]]:
 
 
 def _write_csv(path: Path, records: list[dict]) -> None:
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
         if not records:
             return
         writer = csv.DictWriter(handle, fieldnames=list(records[0]))
@@ -112,6 +113,24 @@ def plot_histogram(totals: dict[str, tuple[float, float]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+NOT_GRADED = "NOT GRADED: nbgrader could not grade this submission (reports/ungraded.csv)"
+NOT_SUBMITTED = "not submitted"
+GRADED = "graded"
+
+
+def add_status(grades_csv: Path, status: dict[tuple[str, str], str]) -> None:
+    """Add a ``status`` column to nbgrader's export, so a failed submission never reads as a plain 0.
+
+    ``status`` maps (student, assignment) to GRADED or NOT_GRADED; rows it does not name were
+    not submitted.
+    """
+    with open(grades_csv, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["status"] = status.get((row["student_id"], row["assignment"]), NOT_SUBMITTED)
+    _write_csv(grades_csv, rows)
 
 
 def write_report(db_url: str, out_dir: Path) -> dict[str, Path]:

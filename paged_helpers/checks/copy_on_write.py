@@ -526,7 +526,7 @@ class _ForkRun:
         for seq, row in logits.items():
             expected = self.model.logits_from_scratch([self.tokens[seq]])[0][-1]
             gap = logit_gap(row, expected)
-            if not logits_match(gap, self.device):
+            if not logits_match(gap, self.device, row.dtype):
                 fail(
                     scenario,
                     f"{seq}'s logits equal to running its {len(self.tokens[seq])} tokens from scratch",

@@ -13,9 +13,8 @@ later cell. A check therefore calls the learner's launcher in a forked child:
 * a child that doesn't answer within the time limit is killed.
 
 Forking is only used with the interpreter on Linux (``isolation_available()``). A CUDA
-context can't be used in a forked child, and a compiled kernel doesn't segfault the host on a
-bad address (CUDA reports an illegal memory access instead), so on a GPU the call is made in
-this process.
+context can't be used in a forked child, so on a GPU the kernel checks use a spawned child
+instead (``spawned``), which initialises CUDA itself; elsewhere the call is made in this process.
 """
 
 from __future__ import annotations
@@ -104,8 +103,13 @@ def _run_in_this_process(function: Callable[..., Any], args: tuple) -> Outcome:
         )
 
 
-def _child(function: Callable[..., Any], args: tuple, result_fd: int, output_fd: int) -> None:
-    """Body of the forked child. Never returns: it leaves through os._exit."""
+def _child(function: Callable[..., Any], args: tuple, *, result_fd: int, output_fd: int) -> None:
+    """Body of the forked child. Never returns: it leaves through os._exit.
+
+    The descriptors are keyword-only so that nothing can call this by position by accident: the
+    no-solutions test tries every package function of a learner's arity with placeholders, and a
+    call here ends the calling process.
+    """
     try:
         import torch
 
@@ -149,7 +153,7 @@ def run_isolated(function: Callable[..., Any], args: tuple, time_limit: float) -
         pid = os.fork()
         if pid == 0:
             os.close(read_end)
-            _child(function, args, write_end, output.fileno())
+            _child(function, args, result_fd=write_end, output_fd=output.fileno())
         os.close(write_end)
         payload, kind = _collect(read_end, pid, time_limit)
         output.seek(0)

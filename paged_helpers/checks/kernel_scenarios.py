@@ -16,7 +16,12 @@ import torch
 from ..device import DEVICE
 
 __all__ = [
+    "BENCHMARK_DECODE_CASE",
     "DECODE_CASES",
+    "GPU_COMPILE_DECODE_CASES",
+    "GPU_COMPILE_PREFILL_CASES",
+    "GPU_COMPILE_SPLIT_K_CASES",
+    "NEGATIVE_SCORE",
     "SPLIT_K_CASES",
     "PREFILL_CASES",
     "DecodeCase",
@@ -46,6 +51,7 @@ class DecodeCase:
     score_scale: float = 1.0  # multiplies q: large values make a sharply peaked softmax
     splits: int = 1  # only for the split-K check
     seed: int = 0
+    negative_scores: bool = False  # every score near -150 (see _push_scores_down)
 
 
 @dataclass
@@ -61,9 +67,7 @@ class DecodeInputs:
         return (self.q, self.k_pool, self.v_pool, self.block_tables, self.lengths, self.block_size)
 
 
-def _scrambled_pool(
-    blocks_used: int, kv_heads: int, block_size: int, head_dim: int, generator: torch.Generator
-):
+def _scrambled_pool(blocks_used: int, kv_heads: int, block_size: int, head_dim: int, generator: torch.Generator):
     """Random K and V everywhere (stale data in unused slots too) and a random order of block ids."""
     num_blocks = blocks_used + _SPARE_BLOCKS
     shape = (num_blocks, kv_heads, block_size, head_dim)
@@ -74,22 +78,36 @@ def _scrambled_pool(
     return k_pool, v_pool, order
 
 
+# How far below zero the scores of a negative_scores case sit: exp(-150) underflows to 0 in float32
+# (anything below about -104 does), so a running max that starts at 0 instead of -inf sums zeros.
+NEGATIVE_SCORE = -150.0
+
+
+def _push_scores_down(q: torch.Tensor, k_pool: torch.Tensor) -> None:
+    """Make every score q . k / sqrt(head_dim) about NEGATIVE_SCORE (+- 15), in place.
+
+    Every key (stale slots too) gets +10 in dimension 0 and every query -(15 sqrt(head_dim))
+    there: the product dominates the random rest, and the scores still differ from key to key.
+    """
+    head_dim = q.shape[-1]
+    k_pool[..., 0] += 10.0
+    q[..., 0] = NEGATIVE_SCORE / 10.0 * head_dim**0.5
+
+
 def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> DecodeInputs:
     generator = torch.Generator().manual_seed(1000 + case.seed + 7919 * seed)
     per_sequence = [-(-length // case.block_size) for length in case.lengths]
-    k_pool, v_pool, order = _scrambled_pool(
-        sum(per_sequence), case.kv_heads, case.block_size, case.head_dim, generator
-    )
+    k_pool, v_pool, order = _scrambled_pool(sum(per_sequence), case.kv_heads, case.block_size, case.head_dim, generator)
     width = max(per_sequence) + case.table_padding
     tables = torch.zeros((len(case.lengths), width), dtype=torch.int32)
     used = 0
     for row, count in enumerate(per_sequence):
         tables[row, :count] = order[used : used + count].to(torch.int32)
         used += count
-    q = torch.randn(
-        (len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64
-    )
+    q = torch.randn((len(case.lengths), case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
     q = q * case.score_scale
+    if case.negative_scores:
+        _push_scores_down(q, k_pool)
     return DecodeInputs(
         q=q.to(dtype).to(DEVICE),
         k_pool=k_pool.to(dtype).to(DEVICE),
@@ -157,6 +175,16 @@ DECODE_CASES: tuple[DecodeCase, ...] = (
         head_dim=8,
         seed=5,
     ),
+    DecodeCase(
+        "every score far below zero (about -150): sequences of 5 and 12 tokens, blocks of 4",
+        lengths=(5, 12),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=7,
+        negative_scores=True,
+    ),
 )
 
 SPLIT_K_CASES: tuple[DecodeCase, ...] = (
@@ -211,6 +239,17 @@ SPLIT_K_CASES: tuple[DecodeCase, ...] = (
         splits=3,
         seed=4,
     ),
+    DecodeCase(
+        "2 splits with every score far below zero (about -150): sequences of 5 and 12 tokens, blocks of 4",
+        lengths=(5, 12),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        splits=2,
+        seed=7,
+        negative_scores=True,
+    ),
 )
 
 
@@ -228,6 +267,7 @@ class PrefillCase:
     table_padding: int = 1
     score_scale: float = 1.0
     seed: int = 0
+    negative_scores: bool = False  # every score near -150 (see _push_scores_down)
 
 
 @dataclass
@@ -250,6 +290,8 @@ def prefill_inputs(case: PrefillCase, dtype: torch.dtype, seed: int = 0) -> Pref
     table = torch.zeros(blocks + case.table_padding, dtype=torch.int32)
     table[:blocks] = order.to(torch.int32)
     q = torch.randn((case.new_tokens, case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
+    if case.negative_scores:
+        _push_scores_down(q, k_pool)
     return PrefillInputs(
         q=(q * case.score_scale).to(dtype).to(DEVICE),
         k_pool=k_pool.to(dtype).to(DEVICE),
@@ -281,8 +323,7 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
         seed=1,
     ),
     PrefillCase(
-        "a history that ends mid-block: 5 tokens cached, 9 new ones starting mid-block, blocks of 4, "
-        "group size 2",
+        "a history that ends mid-block: 5 tokens cached, 9 new ones starting mid-block, blocks of 4, group size 2",
         start=5,
         new_tokens=9,
         block_size=4,
@@ -322,4 +363,46 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
         score_scale=100.0,
         seed=5,
     ),
+    PrefillCase(
+        "every score far below zero (about -150): 3 cached tokens, 6 new, blocks of 4",
+        start=3,
+        new_tokens=6,
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=6,
+        negative_scores=True,
+    ),
 )
+
+
+# --------------------------------------------------------------------------- GPU compile shapes
+
+
+def _extremes(cases: tuple) -> tuple:
+    """The case with the smallest block and the one with the smallest head_dim (deduplicated):
+    the tiles where a GPU's minimum shapes bite first."""
+    picked = [
+        min(cases, key=lambda c: (c.block_size, c.head_dim)),
+        min(cases, key=lambda c: (c.head_dim, c.block_size)),
+    ]
+    return tuple(dict.fromkeys(picked))
+
+
+# One decode step of one layer of a Qwen3-8B-like model at the benchmark's largest block: the
+# largest tile the GPU path runs (most registers per thread).
+BENCHMARK_DECODE_CASE = DecodeCase(
+    "the benchmark's shape: 32 query heads, 8 KV heads, head_dim 128, blocks of 128",
+    lengths=(129,),
+    block_size=128,
+    q_heads=32,
+    kv_heads=8,
+    head_dim=128,
+)
+
+# What the kernel checks compile for CUDA targets: the smallest check tiles (a GPU runs the
+# same checks) and, for decode, the benchmark's largest tile.
+GPU_COMPILE_DECODE_CASES: tuple[DecodeCase, ...] = (*_extremes(DECODE_CASES), BENCHMARK_DECODE_CASE)
+GPU_COMPILE_SPLIT_K_CASES: tuple[DecodeCase, ...] = _extremes(SPLIT_K_CASES)
+GPU_COMPILE_PREFILL_CASES: tuple[PrefillCase, ...] = _extremes(PREFILL_CASES)

@@ -10,6 +10,10 @@ When an answer is wrong, the check recomputes the scenario as a few classic bugs
 1/sqrt(head_dim), an online softmax that never rescales, a causal mask off by one) and, if
 the learner's output matches one of them, names that bug.
 
+Once every scenario passes, the kernels are also compiled for CUDA GPUs (sm_80, sm_90) at the
+shapes the GPU path runs (``gpu_compile``): what a GPU's compiler rejects fails the check with
+the reason in the learner's terms, and register spills are printed as advice.
+
 With Triton's interpreter the learner's launcher runs in a forked child (see ``isolated``):
 a segfault or a hang becomes a message, and the notebook's kernel survives. Sizes keep every
 scenario near 100 program-iterations or fewer (about 2.8 ms each in the interpreter).
@@ -17,17 +21,25 @@ scenario near 100 program-iterations or fewer (about 2.8 ms each in the interpre
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 
-from ..device import DEVICE
+from ..device import DEVICE, INFO
 from ..reference import paged_decode_reference, paged_prefill_reference
+from . import spawned
+from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compile_launches, explain_failure
+from .guard_bands import SENTINEL, guarded_allocations
 from .isolated import Outcome, run_isolated
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .kernel_scenarios import (
     DECODE_CASES,
+    GPU_COMPILE_DECODE_CASES,
+    GPU_COMPILE_PREFILL_CASES,
+    GPU_COMPILE_SPLIT_K_CASES,
+    NEGATIVE_SCORE,
     PREFILL_CASES,
     SPLIT_K_CASES,
     DecodeCase,
@@ -45,8 +57,10 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.bfloat16: (4e-2, 4e-2),
 }
 
-# Seconds one scenario may take before the learner's kernel is declared stuck (interpreter only).
+# Seconds one scenario may take before the learner's kernel is declared stuck. On a GPU the
+# first call of each shape also compiles the kernel, hence the larger limit there.
 TIME_LIMIT_S = 15.0
+GPU_TIME_LIMIT_S = 60.0
 
 
 def _dtypes_to_check() -> tuple[torch.dtype, ...]:
@@ -90,10 +104,12 @@ def _crash_report(printed: str) -> str:
 
 
 def _watched(launcher: Callable) -> Callable:
-    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs.
+    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs,
+    with guard bands around every tensor it allocates (see ``guard_bands``).
 
-    Returns (result, launches, reference_calls). The counters are patched in only for the call
-    (in the child process, when isolated), and always restored.
+    Returns (result, launches, reference_calls, band_report). The counters and the guarded
+    allocator are patched in only for the call (in the child process, when isolated), and always
+    restored.
     """
 
     def call(*args):
@@ -115,22 +131,56 @@ def _watched(launcher: Callable) -> Callable:
         jit.KernelInterface.__getitem__ = counting_getitem
         attention.gather_history = counting_gather
         try:
-            result = launcher(*args)
+            with guarded_allocations() as allocations:
+                result = launcher(*args)
         finally:
             jit.KernelInterface.__getitem__ = original_getitem
             attention.gather_history = original_gather
-        return result, counts["launches"], counts["reference"]
+        return result, counts["launches"], counts["reference"], allocations.report(result)
 
     return call
 
 
+def _band_message(scenario: str, what: str, written: dict) -> None:
+    which = "the output tensor" if written["is_result"] else f"a {written['dtype']} tensor your launcher allocated"
+    sides = " and ".join(
+        f"{count} values {where}"
+        for count, where in ((written["before"], "before its start"), (written["after"], "past its end"))
+        if count
+    )
+    fail(
+        scenario,
+        f"stores only inside {which} {list(written['shape'])}",
+        f"your kernel wrote {sides}",
+        "every store must be masked to the elements that exist: in a tile, rows past the last new token "
+        "(row < new_tokens) or positions past the length are not part of the tensor. On a GPU such a store "
+        "silently overwrites whatever memory follows the tensor; here the check surrounded it with guard "
+        "bands, and they changed.",
+    )
+
+
+def _isolated(launcher: Callable, args: tuple, watched: bool) -> Outcome:
+    """The launcher's call in a child process: spawned on a GPU (inside a check's ``spawned.session``),
+    forked under the interpreter (``isolated``)."""
+    if spawned.active():
+        wrapper = f"{__name__}:_watched" if watched else ""
+        return spawned.call(launcher, args, GPU_TIME_LIMIT_S, wrapper)
+    return run_isolated(_watched(launcher) if watched else launcher, args, TIME_LIMIT_S)
+
+
+def _learner_process() -> contextlib.AbstractContextManager:
+    """On a compiled GPU, one spawned child for the whole check (a fault or a hang becomes a message
+    and the notebook's CUDA context stays clean); elsewhere nothing to open."""
+    if DEVICE.type == "cuda" and not INFO.triton_interpreted and not spawned.active():
+        return spawned.session()
+    return contextlib.nullcontext()
+
+
 def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
-    """Run the launcher (in a child process under the interpreter); turn every failure into a message."""
-    outcome: Outcome = run_isolated(_watched(launcher), args, TIME_LIMIT_S)
+    """Run the launcher in a child process; turn every failure into a message."""
+    outcome: Outcome = _isolated(launcher, args, watched=True)
     printed = (
-        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}"
-        if outcome.printed.strip()
-        else ""
+        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}" if outcome.printed.strip() else ""
     )
     if outcome.kind == "crashed":
         where = _crash_report(outcome.printed)
@@ -157,7 +207,7 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
             f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}" + printed
         )
-    result, launches, reference_calls = outcome.value
+    result, launches, reference_calls, bands_written = outcome.value
     if reference_calls:
         fail(
             scenario,
@@ -187,6 +237,19 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"a tensor of shape {expected_shape} and dtype {args[0].dtype} (like q)",
             f"shape {tuple(result.shape)}, dtype {result.dtype}",
             "allocate the output with torch.empty_like(q) and return it.",
+        )
+    if bands_written:
+        _band_message(scenario, what, bands_written[0])
+    never_written = int((result == SENTINEL).sum())
+    if never_written:
+        fail(
+            scenario,
+            f"every one of the {result.numel()} output values written by your kernel",
+            f"{never_written} values never written (they still hold {SENTINEL:g}, what the check filled the "
+            "output with)",
+            "every (sequence or new token, query head) must have a program that stores its whole row of "
+            "head_dim values: compare your grid with the output's shape, and the store's mask with the rows "
+            "that exist.",
         )
     return result.double().cpu()
 
@@ -238,7 +301,7 @@ def _explain_mismatch(
 
 def _expect_rejected(what: str, launcher: Callable, args: tuple, scenario: str, argument: str) -> None:
     """The launcher must refuse bad input with an error that names ``argument``."""
-    outcome = run_isolated(launcher, args, TIME_LIMIT_S)
+    outcome = _isolated(launcher, args, watched=False)
     if outcome.kind == "raised" and argument in outcome.error_message:
         return
     got = {
@@ -253,6 +316,65 @@ def _expect_rejected(what: str, launcher: Callable, args: tuple, scenario: str, 
         got,
         f"keep the validation call at the top of {what} (it raises before the kernel reads a bad address).",
     )
+
+
+# --------------------------------------------------------------------------- compiling for GPUs
+
+# Float16 on the way in (the interpreter has no bfloat16); compiled as bfloat16, the GPU's default.
+_CAPTURE_DTYPE, _GPU_DTYPE = torch.float16, "bfloat16"
+
+
+def _capture(what: str, launcher: Callable, args: tuple, scenario: str) -> list[Launch] | None:
+    """The launches ``launcher`` makes on ``args`` (nothing runs); None when they can't be read."""
+    outcome = run_isolated(lambda *a: capture_launches(launcher, a), args, TIME_LIMIT_S)
+    if outcome.kind == "returned":
+        return outcome.value
+    if outcome.kind == "raised" and outcome.error_type in ("OSError", "TypeError"):
+        # No source to read (a kernel built by exec) or an argument a compiler can't take: the
+        # GPU compile is advice here, not a verdict.
+        print(f"note: {what} could not be compiled for a GPU here ({outcome.error_message})")
+        return None
+    raise CheckFailed(
+        f"{scenario}: {what} failed when called at a GPU shape ({outcome.kind}: {outcome.error_type} "
+        f"{outcome.error_message}).\n  hint: the launcher must work for any block size and head_dim that "
+        "are powers of two, not only the small ones of the CPU scenarios."
+    )
+
+
+def _spill_advice(result: CompileResult) -> str:
+    shape = ", ".join(f"{k}={v}" for k, v in result.launch.constexpr_values().items())
+    return (
+        f"advice: {result.launch.kernel} ({shape}) on sm_{result.target} uses {result.registers} registers "
+        f"per thread and spills {result.spill_bytes} bytes to local memory: on a GPU it will be slower "
+        "than it could be. Pass num_warps=8 in the launch for large tiles (more threads share the tile), "
+        "or hold fewer values per program."
+    )
+
+
+def _check_gpu_compile(what: str, launcher: Callable, cases: tuple, make_args: Callable) -> None:
+    """Compile the learner's kernels for every target at ``cases`` (see the module docstring)."""
+    launches: list[Launch] = []
+    for case in cases:
+        captured = _capture(what, launcher, make_args(case), f"{case.scenario} [compiled for a GPU]")
+        if captured is None:
+            return
+        launches += [launch.with_dtype(str(_CAPTURE_DTYPE).removeprefix("torch."), _GPU_DTYPE) for launch in captured]
+    try:
+        results = compile_launches(launches, TARGETS)
+    except RuntimeError as error:  # the compiler's toolchain, not the learner's kernel
+        print(f"note: the GPU compile could not run here: {str(error).splitlines()[0]}")
+        return
+    for result in results:
+        if not result.ok:
+            fail(
+                f"{what}, compiled for a GPU (sm_{result.target}, {_GPU_DTYPE})",
+                "a kernel that also compiles for CUDA GPUs (the course runs unchanged on one)",
+                "a compile error",
+                explain_failure(result),
+            )
+    for result in results:
+        if result.spill_bytes:
+            print(_spill_advice(result))
 
 
 # --------------------------------------------------------------------------- the checks
@@ -282,9 +404,7 @@ def _dtype_hint(dtype: torch.dtype) -> str:
     )
 
 
-def _check_decode_cases(
-    what: str, launcher: Callable, cases: tuple[DecodeCase, ...], seed: int, split: bool
-) -> None:
+def _check_decode_cases(what: str, launcher: Callable, cases: tuple[DecodeCase, ...], seed: int, split: bool) -> None:
     for case, dtype in _plan(cases):
         inputs = decode_inputs(case, dtype, seed)
         args = inputs.args() + ((case.splits,) if split else ())
@@ -293,7 +413,7 @@ def _check_decode_cases(
         got = _run_learner(what, launcher, args, scenario)
         if _close(got, expected, dtype):
             continue
-        context = _split_hint(case) + " " if split else ""
+        context = (_split_hint(case) + " " if split else "") + _negative_hint(case)
         _explain_mismatch(
             scenario,
             got,
@@ -305,6 +425,16 @@ def _check_decode_cases(
             _DECODE_AXES,
             context,
         )
+
+
+def _negative_hint(case) -> str:
+    if not case.negative_scores:
+        return ""
+    return (
+        f"Every score here is far below zero (about {NEGATIVE_SCORE:g}), where exp(score) is 0 in float32. "
+        "The running max must start at -inf: started at 0, exp(score - m) is 0 for every key, l stays 0 "
+        "and the output is 0 / 0. "
+    )
 
 
 def _split_hint(case: DecodeCase) -> str:
@@ -348,16 +478,30 @@ def _rejects_baddecode_inputs(what: str, launcher: Callable, extra: tuple) -> No
 def check_paged_decode(paged_decode_attention: Callable, seed: int = 0) -> None:
     """paged_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size) against the reference."""
     what = "paged_decode_attention"
-    _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
-    _rejects_baddecode_inputs(what, paged_decode_attention, ())
+    with _learner_process():
+        _check_decode_cases(what, paged_decode_attention, DECODE_CASES, seed, split=False)
+        _rejects_baddecode_inputs(what, paged_decode_attention, ())
+    _check_gpu_compile(
+        what,
+        paged_decode_attention,
+        GPU_COMPILE_DECODE_CASES,
+        lambda case: decode_inputs(case, _CAPTURE_DTYPE).args(),
+    )
 
 
 @check(notebook="07_paged_decode_kernel", builds="split_k_decode_attention", graded=False)
 def check_split_k_decode(split_k_decode_attention: Callable, seed: int = 0) -> None:
     """split_k_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size, num_splits)."""
     what = "split_k_decode_attention"
-    _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
-    _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
+    with _learner_process():
+        _check_decode_cases(what, split_k_decode_attention, SPLIT_K_CASES, seed, split=True)
+        _rejects_baddecode_inputs(what, split_k_decode_attention, (2,))
+    _check_gpu_compile(
+        what,
+        split_k_decode_attention,
+        GPU_COMPILE_SPLIT_K_CASES,
+        lambda case: decode_inputs(case, _CAPTURE_DTYPE).args() + (case.splits,),
+    )
 
 
 _PREFILL_HINT = (
@@ -368,15 +512,12 @@ _PREFILL_HINT = (
 )
 
 
-@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_attention")
-def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
-    """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
-    what = "paged_prefill_attention"
+def _check_prefill_cases(what: str, launcher: Callable, seed: int) -> None:
     for case, dtype in _plan(PREFILL_CASES):
         inputs = prefill_inputs(case, dtype, seed)
         scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
         expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
-        got = _run_learner(what, paged_prefill_attention, inputs.args(), scenario)
+        got = _run_learner(what, launcher, inputs.args(), scenario)
         if _close(got, expected, dtype):
             continue
         _explain_mismatch(
@@ -388,14 +529,27 @@ def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> Non
             lambda bug, inputs=inputs: prefill_as(bug, inputs),
             _PREFILL_HINT + _dtype_hint(dtype),
             _PREFILL_AXES,
+            _negative_hint(case),
         )
-    q, k_pool, v_pool, table, start, block_size = prefill_inputs(
-        PREFILL_CASES[1], _dtypes_to_check()[0]
-    ).args()
-    _expect_rejected(
+
+
+@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_attention")
+def check_paged_prefill(paged_prefill_attention: Callable, seed: int = 0) -> None:
+    """paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size) against the reference."""
+    what = "paged_prefill_attention"
+    with _learner_process():
+        _check_prefill_cases(what, paged_prefill_attention, seed)
+        q, k_pool, v_pool, table, start, block_size = prefill_inputs(PREFILL_CASES[1], _dtypes_to_check()[0]).args()
+        _expect_rejected(
+            what,
+            paged_prefill_attention,
+            (q, k_pool, v_pool, table[:2].clone(), start, block_size),
+            "a block table too short for start + new tokens (blocks not reserved)",
+            "block_table",
+        )
+    _check_gpu_compile(
         what,
         paged_prefill_attention,
-        (q, k_pool, v_pool, table[:2].clone(), start, block_size),
-        "a block table too short for start + new tokens (blocks not reserved)",
-        "block_table",
+        GPU_COMPILE_PREFILL_CASES,
+        lambda case: prefill_inputs(case, _CAPTURE_DTYPE).args(),
     )

@@ -841,10 +841,11 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
             full = tokens[seq][: lengths_before[row]] + new[seq]
             scratch = model.logits_from_scratch([full])[0][lengths_before[row] :]  # [T, vocab]
             gap = logit_gap(logits[row], scratch)
-            if not logits_match(gap, model.device):
+            if not logits_match(gap, model.device, logits.dtype):
                 fail(
                     f"{where}: the logits of {seq!r} (row {row})",
-                    f"those of running its {len(full)} tokens from scratch (within {logit_tolerance(model.device)})",
+                    f"those of running its {len(full)} tokens from scratch "
+                    f"(within {logit_tolerance(model.device, logits.dtype)})",
                     f"a difference of {gap:.3g}",
                     "the history update returned for this sequence is not its own. Check: the "
                     "table_tensor row of each sequence (set_batch order), table[p // block_size] and "

@@ -10,19 +10,91 @@ output, so ``quiet()`` silences warnings and sends stray stderr writes to stdout
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+# Set to "1" in the grading kernel (autograde/paged_grading/kernel_guard.py) and by the release
+# check: a graded run treats unfinished code as a failure whatever the cell asked for.
+GRADED_ENV = "PAGED_HELPERS_GRADED"
+
+# This package's folder: frames inside it are the course's own code, not the learner's.
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def graded_run() -> bool:
+    """True inside a graded run (nbgrader autograde, the release check)."""
+    return os.environ.get(GRADED_ENV) == "1"
 
 
 class CheckFailed(AssertionError):
-    """A check found a bug. The message is written for the learner."""
+    """A check found a bug. The message is written for the learner.
+
+    In IPython (a notebook) it renders as its message first; the check's own frames are left
+    out, and when the learner's code raised, the frames of the learner's code follow.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"{type(self).__name__}: {self}"]
+        cause = self.__cause__
+        if cause is not None and not isinstance(self, NotImplementedYet):
+            frames = learner_frames(cause)
+            if frames:
+                lines.append("")
+                lines.append("Where your code raised it (most recent call last):")
+                lines += [line.rstrip("\n") for line in traceback.format_list(frames)]
+            lines += [
+                line.rstrip("\n") for line in traceback.format_exception_only(type(cause), cause)
+            ]
+        return lines
 
 
 class NotImplementedYet(CheckFailed):
     """The learner's code still raises NotImplementedError (a fresh student release)."""
+
+
+def learner_frames(error: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``error``'s traceback that are not this package's own code."""
+    return [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not _is_package_file(frame.filename)
+    ]
+
+
+def _is_package_file(filename: str) -> bool:
+    try:
+        return Path(filename).resolve().is_relative_to(_PACKAGE_DIR)
+    except (OSError, ValueError):
+        return False
+
+
+# What the running check has asked of the learner's code: scenarios named and calls made.
+# Scoped to one check call by the decorator; None outside a check.
+_TALLY: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("check_tally", default=None)
+
+
+def _count_call(scenario: str) -> None:
+    tally = _TALLY.get()
+    if tally is not None:
+        tally["calls"] += 1
+        if scenario:
+            tally["scenarios"].add(scenario)
+
+
+def _summary(tally: dict[str, Any]) -> str:
+    """'41 scenarios passed (230 calls to your code)', from what call_learner saw."""
+    calls, scenarios = tally["calls"], len(tally["scenarios"])
+    calls_part = f"{calls} call{'s' if calls != 1 else ''} to your code"
+    if scenarios:
+        return f"{scenarios} scenario{'s' if scenarios != 1 else ''} passed ({calls_part})"
+    return f"passed ({calls_part})" if calls else "passed"
 
 
 def fail(scenario: str, expected: Any, got: Any, hint: str | Hint) -> None:
@@ -47,6 +119,7 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
     Exceptions a scenario expects (MemoryError on an exhausted pool, say) must be caught by
     the check itself around a plain call, not through this helper.
     """
+    _count_call(scenario)
     try:
         return function(*args, **kwargs)
     except NotImplementedError as error:
@@ -63,8 +136,22 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
         where = f"{scenario}: " if scenario else ""
         raise CheckFailed(
             f"{where}{what} raised {type(error).__name__}: {error}\n"
-            "  hint: the traceback above this message shows the line in your code."
+            f"  hint: {_hint_for(error)}"
         ) from error
+
+
+def _hint_for(error: Exception) -> str:
+    problem = _device_problem()
+    if problem is not None:  # e.g. triton imported before paged_helpers: no kernel can run
+        return problem
+    return "the lines below this message show where in your code it happened."
+
+
+def _device_problem() -> str | None:
+    """The device's sentence for the learner when Triton cannot run as intended (see device.py)."""
+    from ..device import INFO
+
+    return INFO.problem
 
 
 def _earlier_notebook_raising(error: BaseException) -> str | None:
@@ -116,7 +203,10 @@ def check(
     it verified ("41 scenarios"), which the wrapper prints after the check's name. Every check
     takes the keyword ``unfinished``: "raise" (the default: unfinished code is a failure) or
     "note" (print "not implemented yet" and return, so that Run All goes on in a fresh notebook).
-    Graded (hidden) calls always raise.
+    In a graded run (``graded_run()``, decided before any learner code runs) unfinished code
+    always raises, so an unfinished exercise scores zero whatever the cell asked for.
+    With no summary of its own, the line says how many scenarios and calls to the learner's
+    code passed.
     """
     import functools
 
@@ -125,15 +215,27 @@ def check(
         def wrapper(*args: Any, unfinished: str = "raise", **kwargs: Any) -> None:
             if unfinished not in ("raise", "note"):
                 raise ValueError(f"unfinished must be 'raise' or 'note', got {unfinished!r}")
+            # Read before the learner's code runs: code under test cannot switch grading off.
+            mode = "raise" if graded_run() else unfinished
+            tally = {"calls": 0, "scenarios": set()}
+            token = _TALLY.set(tally)
             try:
                 with quiet():
                     summary = function(*args, **kwargs)
             except NotImplementedYet as error:
-                if unfinished == "raise":
+                if mode == "raise":
                     raise
                 print(f"{function.__name__}: {error}")
                 return None
-            print(f"{function.__name__}: {summary or 'passed'}")
+            except CheckFailed as error:
+                problem = _device_problem()
+                if problem is None:
+                    raise
+                # e.g. triton imported before paged_helpers: say so first, not "0 active drivers"
+                raise type(error)(f"{problem}\n{error}") from error.__cause__
+            finally:
+                _TALLY.reset(token)
+            print(f"{function.__name__}: {summary or _summary(tally)}")
             return None
 
         earlier = REGISTRY.get(function.__name__)

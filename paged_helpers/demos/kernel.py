@@ -6,14 +6,19 @@ of K and V that the answer depends on, divided by the time, as a fraction of the
 peak. Three ways of computing the same decode step are compared:
 
   paged kernel    the learner's ``paged_decode_attention``, reading the pool through the table
-  gather + attend ``paged_helpers.reference.paged_decode_reference``: copy the history out of the
-                  pool into a contiguous tensor, then plain attention (what the cache's
-                  ``update`` did before the kernel)
+  gather + attend index the pool through the table (a copy of the history into a contiguous
+                  tensor), then SDPA: what the cache's ``update`` did before the kernel
   SDPA contiguous ``torch.nn.functional.scaled_dot_product_attention`` on a contiguous cache of
                   the same tokens (no paging at all: the bar to reach)
 
-over batch sizes, context lengths and block sizes. In Triton's interpreter (no GPU) timing
-means nothing, so there the demo only runs a tiny correctness pass.
+over batch sizes, context lengths and block sizes. Every contender is timed alike, with
+``triton.testing.do_bench``, and the timed region holds only device work: the learner's launcher
+is called once per shape outside it (its input validation copies to the host), its answer is
+compared with SDPA there, and what is timed is a replay of the Triton launches it made. For each
+shape the kernel's ``num_warps`` is chosen among 4 and 8 by compiling both for this GPU (no
+spills, then the faster). Peak bandwidth comes from the device's own properties (memory clock and
+bus width), or --peak-gbs. In Triton's interpreter (no GPU) timing means nothing, so there the
+demo only runs a tiny correctness pass.
 
     python run.py kernel [--impl DIR] [--batch-sizes 1 8 32] [--context-lengths 512 2048 8192]
                          [--block-sizes 16 32 64 128] [--peak-gbs 4800]
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,31 +37,26 @@ from ..device import DEVICE, INFO
 from ..reference import paged_decode_reference
 from .implementation import add_impl_argument, load_impl
 
-__all__ = ["add_arguments", "run", "benchmark", "correctness_pass", "format_result", "peak_bandwidth_gbs"]
+__all__ = [
+    "Contenders",
+    "add_arguments",
+    "benchmark",
+    "build_contenders",
+    "correctness_pass",
+    "format_result",
+    "peak_bandwidth_gbs",
+    "run",
+]
 
 INTERPRETER_NOTE = (
     "No GPU: timing is meaningless in Triton's interpreter (each program runs as Python), so only a tiny "
     "correctness pass was run. Run this on a CUDA machine for the benchmark."
 )
 
-# Peak memory bandwidth in GB/s of common GPUs, for when the driver doesn't report clock and bus width.
-_KNOWN_PEAKS_GBS = {
-    "H200": 4800.0,
-    "H100 SXM": 3350.0,
-    "H100 PCIe": 2000.0,
-    "H100": 3350.0,
-    "A100-SXM4-80GB": 2039.0,
-    "A100": 1555.0,
-    "L40S": 864.0,
-    "L4": 300.0,
-    "RTX 4090": 1008.0,
-    "RTX 3090": 936.0,
-    "T4": 320.0,
-}
-
 
 def peak_bandwidth_gbs(override: float | None = None) -> float | None:
-    """The device's peak memory bandwidth in GB/s: the override, the driver's figures, or a known table."""
+    """The device's peak memory bandwidth in GB/s: the override, else from the driver's memory clock
+    and bus width (double data rate); None when neither is known (no GPU, or an old driver)."""
     if override is not None:
         return override
     if not torch.cuda.is_available():
@@ -64,10 +65,7 @@ def peak_bandwidth_gbs(override: float | None = None) -> float | None:
     clock_khz = getattr(props, "memory_clock_rate", 0)
     bus_bits = getattr(props, "memory_bus_width", 0)
     if clock_khz and bus_bits:
-        return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9  # double data rate
-    for name, peak in _KNOWN_PEAKS_GBS.items():
-        if name in props.name:
-            return peak
+        return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
     return None
 
 
@@ -119,6 +117,102 @@ def _time_ms(function: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(function, warmup=25, rep=100))
 
 
+@dataclass
+class Contenders:
+    """One shape's three ways of computing a decode step, ready to time.
+
+    ``timed`` maps each name to a zero-argument callable holding device work only (no input
+    validation, no host copy); everything else (the learner's launcher, with its validation,
+    and the comparison with SDPA) happened when this was built.
+    """
+
+    timed: dict[str, Callable[[], object]]
+    max_abs_error_vs_sdpa: float
+    kv_bytes: int
+    kernel_launches: list = field(default_factory=list)
+
+
+def build_contenders(
+    paged_decode_attention: Callable,
+    batch: int,
+    length: int,
+    block_size: int,
+    q_heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    num_warps: int | None = None,
+) -> Contenders:
+    """Inputs for one shape, the learner's answer checked against SDPA, and the timed callables."""
+    import torch.nn.functional as F
+
+    from ..checks.gpu_compile import record_launches
+
+    q, k_pool, v_pool, tables, lengths = _paged_batch(batch, q_heads, kv_heads, head_dim, length, block_size, dtype)
+    # The same tokens, contiguous: [B, Hkv, L, D].
+    positions = torch.arange(length, device=DEVICE)
+    physical = tables.long()[:, positions // block_size]  # [B, L]
+    slots = positions % block_size  # [L]
+    keys = k_pool[physical, :, slots].transpose(1, 2).contiguous()
+    values = v_pool[physical, :, slots].transpose(1, 2).contiguous()
+    query = q[:, :, None, :]  # [B, Hq, 1, D]
+
+    # Outside the timed region: the launcher (validation included) once, its answer checked.
+    answer = paged_decode_attention(q, k_pool, v_pool, tables, lengths, block_size)
+    expected = F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)[:, :, 0]
+    error = float((answer.float() - expected.float()).abs().max())
+    _, launches = record_launches(paged_decode_attention, (q, k_pool, v_pool, tables, lengths, block_size))
+    overrides = {} if num_warps is None else {"num_warps": num_warps}
+
+    def paged() -> None:
+        for launch in launches:
+            launch.replay(**overrides)
+
+    def gathered() -> torch.Tensor:
+        # What a cache's update did before the kernel: copy the history out, then attend.
+        history_k = k_pool[physical, :, slots].transpose(1, 2)  # [B, Hkv, L, D]
+        history_v = v_pool[physical, :, slots].transpose(1, 2)
+        return F.scaled_dot_product_attention(query, history_k, history_v, enable_gqa=True)
+
+    def sdpa() -> torch.Tensor:
+        return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
+
+    return Contenders(
+        timed={"paged": paged, "gather": gathered, "sdpa": sdpa},
+        max_abs_error_vs_sdpa=error,
+        kv_bytes=2 * batch * length * kv_heads * head_dim * q.element_size(),
+        kernel_launches=launches,
+    )
+
+
+# num_warps tried for the paged kernel at each shape (Triton's default is 4).
+WARP_CHOICES = (4, 8)
+
+
+def _compiled_warps(launches: list, capability: int) -> dict[int, dict]:
+    """Registers and spills of the recorded launches at each of WARP_CHOICES, compiled for this GPU."""
+    from ..checks.gpu_compile import compile_launches, describe_launch
+
+    facts = {}
+    for warps in WARP_CHOICES:
+        results = compile_launches([describe_launch(launch, num_warps=warps) for launch in launches], (capability,))
+        facts[warps] = {
+            "ok": all(r.ok for r in results),
+            "registers": max((r.registers or 0) for r in results),
+            "spill_bytes": sum((r.spill_bytes or 0) for r in results),
+        }
+    return facts
+
+
+def _choose_warps(contenders_for: Callable[[int], Contenders], facts: dict[int, dict]) -> tuple[int, float]:
+    """The fastest num_warps among those that compile without spills (else the fewest spills)."""
+    clean = [w for w, f in facts.items() if f["ok"] and not f["spill_bytes"]]
+    candidates = clean or [min(facts, key=lambda w: (not facts[w]["ok"], facts[w]["spill_bytes"]))]
+    timings = {w: _time_ms(contenders_for(w).timed["paged"]) for w in candidates}
+    best = min(timings, key=timings.get)
+    return best, timings[best]
+
+
 def benchmark(
     paged_decode_attention: Callable,
     batch_sizes: Sequence[int] = (1, 8, 32),
@@ -136,61 +230,53 @@ def benchmark(
     """
     if DEVICE.type != "cuda" or INFO.triton_interpreted:
         return correctness_pass(paged_decode_attention)
-    import torch.nn.functional as F
+    import triton
 
     peak = peak_bandwidth_gbs(peak_gbs)
+    major, minor = torch.cuda.get_device_capability(DEVICE)
     rows = []
     for batch in batch_sizes:
         for length in context_lengths:
             for block_size in block_sizes:
-                q, k_pool, v_pool, tables, lengths = _paged_batch(
-                    batch, q_heads, kv_heads, head_dim, length, block_size, dtype
+                shape = (batch, length, block_size, q_heads, kv_heads, head_dim, dtype)
+                contenders = build_contenders(paged_decode_attention, *shape)
+                facts = _compiled_warps(contenders.kernel_launches, 10 * major + minor)
+                warps, paged_ms = _choose_warps(
+                    lambda w, shape=shape: build_contenders(paged_decode_attention, *shape, num_warps=w), facts
                 )
-                # The same tokens, contiguous: [B, Hkv, L, D].
-                keys = k_pool[tables.long()].permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, -1, head_dim)
-                values = v_pool[tables.long()].permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, -1, head_dim)
-                keys, values = keys[:, :, :length].contiguous(), values[:, :, :length].contiguous()
-                query = q[:, :, None, :]  # [B, Hq, 1, D]
-
-                def paged(q=q, k_pool=k_pool, v_pool=v_pool, tables=tables, lengths=lengths, bs=block_size):
-                    return paged_decode_attention(q, k_pool, v_pool, tables, lengths, bs)
-
-                def gathered(
-                    q=q, k_pool=k_pool, v_pool=v_pool, tables=tables, lengths=lengths, bs=block_size
-                ):
-                    return paged_decode_reference(q, k_pool, v_pool, tables, lengths, bs, compute_dtype=dtype)
-
-                def sdpa(query=query, keys=keys, values=values):
-                    return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
-
-                error = float((paged().float() - sdpa()[:, :, 0].float()).abs().max())
-                kv_bytes = 2 * batch * length * kv_heads * head_dim * q.element_size()
                 row = {
                     "batch": batch,
                     "context": length,
                     "block_size": block_size,
-                    "max_abs_error_vs_sdpa": error,
+                    "max_abs_error_vs_sdpa": contenders.max_abs_error_vs_sdpa,
+                    "num_warps": warps,
+                    "registers": facts[warps]["registers"],
+                    "spill_bytes": facts[warps]["spill_bytes"],
                 }
-                for name, function in (("paged", paged), ("gather", gathered), ("sdpa", sdpa)):
-                    ms = _time_ms(function)
-                    gbs = kv_bytes / (ms * 1e-3) / 1e9
+                timings = {"paged": paged_ms}
+                timings.update({name: _time_ms(contenders.timed[name]) for name in ("gather", "sdpa")})
+                for name, ms in timings.items():
+                    gbs = contenders.kv_bytes / (ms * 1e-3) / 1e9
                     row[f"{name}_ms"] = round(ms, 4)
                     row[f"{name}_GBs"] = round(gbs, 1)
                     if peak:
                         row[f"{name}_of_peak"] = round(gbs / peak, 3)
                 rows.append(row)
-                del q, k_pool, v_pool, tables, lengths, keys, values, query
+                del contenders
                 torch.cuda.empty_cache()
-    import triton
-
     return {
         "device": torch.cuda.get_device_name(DEVICE),
+        "capability": f"sm_{major}{minor}",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "dtype": str(dtype).removeprefix("torch."),
         "heads": f"{q_heads} query heads, {kv_heads} KV heads, head_dim {head_dim}",
         "peak_GBs": None if peak is None else round(peak, 1),
-        "paged_timing_includes": "the launcher's input validation (two small device-to-host copies)",
+        "timed_region": (
+            "device work only, each contender with triton.testing.do_bench: paged = replay of the kernel "
+            "launches the learner's launcher made (validated and checked once, outside); gather = index the "
+            "pool + SDPA; sdpa = SDPA on a contiguous cache"
+        ),
         "bytes_counted": "K and V of every cached token, once: 2 * tokens * kv_heads * head_dim * itemsize",
         "rows": rows,
     }
@@ -210,11 +296,11 @@ def format_result(result: dict) -> str:
     lines = [
         *header,
         "",
-        "batch  context  block |  paged GB/s      gather GB/s     SDPA GB/s   (share of peak)",
+        "batch  context  block warps |  paged GB/s      gather GB/s     SDPA GB/s   (share of peak)",
     ]
     for row in result["rows"]:
         lines.append(
-            f"{row['batch']:>5}  {row['context']:>7}  {row['block_size']:>5} | "
+            f"{row['batch']:>5}  {row['context']:>7}  {row['block_size']:>5} {row['num_warps']:>5} | "
             f"{cell(row, 'paged')}  {cell(row, 'gather')}  {cell(row, 'sdpa')}"
         )
     return "\n".join(lines)

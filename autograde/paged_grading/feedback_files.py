@@ -1,0 +1,39 @@
+"""Size limits on what goes back to students in feedback/.
+
+nbgrader's generate_feedback copies every file of ``autograded/<student>/<assignment>/`` next
+to the feedback page, whatever its size: a notebook that wrote a 1 GiB file while it was being
+graded would have it handed back. ``enforce_limits`` runs after generate_feedback and removes
+any file over ``MAX_FILE_BYTES`` (a page included: the outputs are already capped by
+``outputs.LimitOutputs``, so only a huge cell source can make one that big), leaving a short
+note in its place, and returns one line per removal for the instructor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+NOTE_SUFFIX = ".left-out.txt"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def enforce_limits(feedback: Path) -> list[str]:
+    """Remove oversized files under ``feedback/``; one line per file removed."""
+    problems = []
+    if not feedback.exists():
+        return problems
+    for path in sorted(p for p in feedback.rglob("*") if p.is_file() and not p.is_symlink()):
+        size = path.stat().st_size
+        if size <= MAX_FILE_BYTES:
+            continue
+        path.unlink()
+        note = path.with_name(path.name + NOTE_SUFFIX)
+        note.write_text(
+            f"{path.name} ({_mib(size)}) was left out of your feedback: the limit is "
+            f"{_mib(MAX_FILE_BYTES)} per file. Ask your instructor if you need it.\n"
+        )
+        problems.append(f"{path.relative_to(feedback)}: {_mib(size)} over the {_mib(MAX_FILE_BYTES)} limit, left out")
+    return problems

@@ -1,0 +1,288 @@
+"""check_radix_cache and check_cache_aware_order: the instructor's code passes, realistic wrong
+versions fail with a message naming the bug, and the student release says "not implemented yet".
+
+Wrong radix caches are subclasses of the instructor's class (notebook 10) with one method
+replaced by a version carrying exactly one mistake; wrong orders are small functions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from paged_helpers.checks import NotImplementedYet, check_cache_aware_order, check_radix_cache
+
+from conftest import solution
+from student_release import release_definition
+
+NOTEBOOK = "10_radix_cache"
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "RadixCache"), solution("02_block_allocator", "BlockAllocator")
+
+
+def _matching_blocks(self, child, tokens, done):
+    """How many whole blocks of child's edge equal tokens from position done (as the solution walks)."""
+    size, same = self.block_size, 0
+    while (
+        same < len(child.blocks)
+        and done + (same + 1) * size <= len(tokens)
+        and child.tokens[same * size : (same + 1) * size] == tokens[done + same * size : done + (same + 1) * size]
+    ):
+        same += 1
+    return same
+
+
+def make_match(split=True, whole_edge=False, stamp=True):
+    def match(self, tokens):
+        tokens, size, now = self._full_blocks(tokens), self.block_size, next(self.clock)
+        node, blocks, done = self.root, [], 0
+        while done < len(tokens):
+            child = node.children.get(tokens[done : done + size])
+            if child is None:
+                break
+            same = _matching_blocks(self, child, tokens, done)
+            if same < len(child.blocks) and split:
+                child = self._split(child, same)
+            if stamp:
+                child.last_used = now
+            blocks += child.blocks if whole_edge else child.blocks[:same]
+            done += same * size
+            node = child
+            if same * size < len(child.tokens):
+                break
+        return node, blocks
+
+    return match
+
+
+def split_swapping_blocks(self, node, blocks_kept):
+    """Cuts the tokens right but gives each half the other half's blocks."""
+    cut = blocks_kept * self.block_size
+    upper = type(node)(node.tokens[:cut], node.blocks[-blocks_kept:], node.parent, node.last_used)
+    upper.lock_count = node.lock_count
+    node.parent.children[node.tokens[: self.block_size]] = upper
+    upper.children[node.tokens[cut : cut + self.block_size]] = node
+    node.tokens, node.blocks, node.parent = node.tokens[cut:], node.blocks[:-blocks_kept], upper
+    return upper
+
+
+def split_new_lower(self, node, blocks_kept):
+    """Keeps the node object as the upper part and hangs a new node below it."""
+    cut = blocks_kept * self.block_size
+    lower = type(node)(node.tokens[cut:], node.blocks[blocks_kept:], node, node.last_used)
+    lower.children, lower.lock_count = node.children, node.lock_count
+    for child in lower.children.values():
+        child.parent = lower
+    node.tokens, node.blocks = node.tokens[:cut], node.blocks[:blocks_kept]
+    node.children = {lower.tokens[: self.block_size]: lower}
+    return node
+
+
+def split_without_lock_count(self, node, blocks_kept):
+    upper = type(self).__mro__[1]._split(self, node, blocks_kept)
+    upper.lock_count = 0
+    return upper
+
+
+def make_candidate(leaves_only=True, unlocked_only=True):
+    def eviction_candidate(self):
+        nodes, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            nodes.append(node)
+        candidates = [
+            node
+            for node in nodes
+            if (not leaves_only or not node.children) and (not unlocked_only or node.lock_count == 0)
+        ]
+        return min(candidates, key=lambda node: node.last_used, default=None)
+
+    return eviction_candidate
+
+
+def evict_everything(self, blocks_wanted):
+    while (leaf := self.eviction_candidate()) is not None:
+        del leaf.parent.children[leaf.tokens[: self.block_size]]
+        for block in leaf.blocks:
+            self.allocator.release(block)
+
+
+def unlock_node_only(self, node):
+    node.lock_count -= 1
+
+
+def unlock_never(self, node):
+    """The lock is taken but never given back."""
+
+
+def make_insert(share=True):
+    def insert(self, tokens, blocks):
+        tokens = self._full_blocks(tokens)
+        node, cached = self.match(tokens)
+        first_new = len(cached)
+        if first_new * self.block_size == len(tokens):
+            return node
+        leaf = type(self.root)(
+            tokens[first_new * self.block_size :],
+            blocks[first_new : len(tokens) // self.block_size],
+            node,
+            next(self.clock),
+        )
+        if share:
+            for block in leaf.blocks:
+                self.allocator.share(block)
+        node.children[leaf.tokens[: self.block_size]] = leaf
+        return leaf
+
+    return insert
+
+
+def insert_from_root(self, tokens, blocks):
+    """Hangs the whole sequence under the root, replacing what was cached there."""
+    tokens = self._full_blocks(tokens)
+    leaf = type(self.root)(tokens, blocks[: len(tokens) // self.block_size], self.root, next(self.clock))
+    for block in leaf.blocks:
+        self.allocator.share(block)
+    self.root.children[tokens[: self.block_size]] = leaf
+    return leaf
+
+
+WRONG = {
+    "match_ignores_split_point": dict(match=make_match(split=False)),
+    "match_takes_whole_edge": dict(match=make_match(split=False, whole_edge=True)),
+    "split_swaps_blocks": dict(_split=split_swapping_blocks),
+    "split_keeps_node_as_upper": dict(_split=split_new_lower),
+    "split_forgets_lock_count": dict(_split=split_without_lock_count),
+    "evicts_inner_node": dict(eviction_candidate=make_candidate(leaves_only=False)),
+    "evicts_locked_node": dict(eviction_candidate=make_candidate(unlocked_only=False)),
+    "evicts_everything": dict(evict=evict_everything),
+    "lock_never_released": dict(unlock=unlock_never),
+    "unlock_forgets_ancestors": dict(unlock=unlock_node_only),
+    "match_does_not_stamp": dict(match=make_match(stamp=False)),
+    "insert_without_share": dict(insert=make_insert(share=False)),
+    "insert_ignores_cached_prefix": dict(insert=insert_from_root),
+}
+
+MESSAGES = {
+    "match_ignores_split_point": ["the returned node ends after the", "split the node there"],
+    "match_takes_whole_edge": ["the returned node ends after the", "split the node there"],
+    "split_swaps_blocks": ["holding the keys of", "a split cuts the edge's tokens and its blocks"],
+    "split_keeps_node_as_upper": ["locked still ending after its", "keeps the node itself as the lower part"],
+    "split_forgets_lock_count": ["lock_count 1", "gives the new upper node the lower node's count"],
+    "evicts_inner_node": ["still hold the cache's reference", "evict removes leaves only"],
+    "evicts_locked_node": ["left the tree", "evict skips any node whose lock_count is above 0"],
+    "evicts_everything": ["one leaf of 2 blocks evicted", "stops as soon as"],
+    "lock_never_released": ["lock_count 0", "unlock(node) takes one away"],
+    "unlock_forgets_ancestors": ["lock_count 0", "every ancestor's"],
+    "match_does_not_stamp": ["G was the least recently used leaf", "stamp every node on their path"],
+    "insert_without_share": ["for the cache", "insert shares (allocator.share) each block"],
+    "insert_ignores_cached_prefix": [
+        "refcount 2 (1 for the cache + 1 request table(s))",
+        "positions already cached keep the cache's blocks",
+    ],
+}
+
+
+def test_every_wrong_implementation_has_expected_words():
+    assert set(WRONG) == set(MESSAGES)
+
+
+def test_right_implementation_passes(right):
+    for seed in (0, 1, 2026):
+        check_radix_cache(*right, seed=seed)
+
+
+def test_pressure_scenario_evicts(right):
+    """The pool-under-pressure scenario is only a test of eviction if evict really runs in it."""
+    calls = []
+
+    class Counting(right[0]):
+        def evict(self, blocks_wanted):
+            calls.append(blocks_wanted)
+            super().evict(blocks_wanted)
+
+    check_radix_cache(Counting, right[1])
+    assert len(calls) > 10
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_check_names_the_bug(bug, right, failing_message):
+    wrong = type(bug, (right[0],), WRONG[bug])
+    message = failing_message(check_radix_cache, wrong, right[1])
+    for words in MESSAGES[bug]:
+        assert words in message, f"{bug}: {words!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+def test_check_is_quiet_and_fast(right, capsys):
+    import time
+
+    start = time.perf_counter()
+    check_radix_cache(*right)
+    check_cache_aware_order(solution(NOTEBOOK, "cache_aware_order"))
+    assert time.perf_counter() - start < 5
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.splitlines() == ["check_radix_cache: 5 scenarios", "check_cache_aware_order: 5 queues"]
+
+
+def order_ascending(waiting, cached_tokens, waited, max_wait):
+    return sorted(waiting, key=lambda r: cached_tokens[r])
+
+
+def order_without_guard(waiting, cached_tokens, waited, max_wait):
+    return sorted(waiting, key=lambda r: -cached_tokens[r])
+
+
+def order_ties_by_id(waiting, cached_tokens, waited, max_wait):
+    starving = [r for r in waiting if waited[r] >= max_wait]
+    return starving + sorted((r for r in waiting if r not in starving), key=lambda r: (-cached_tokens[r], r))
+
+
+def order_starving_by_cache(waiting, cached_tokens, waited, max_wait):
+    starving = sorted((r for r in waiting if waited[r] >= max_wait), key=lambda r: -cached_tokens[r])
+    return starving + sorted((r for r in waiting if r not in starving), key=lambda r: -cached_tokens[r])
+
+
+def order_guard_off_by_one(waiting, cached_tokens, waited, max_wait):
+    starving = [r for r in waiting if waited[r] > max_wait]
+    return starving + sorted((r for r in waiting if r not in starving), key=lambda r: -cached_tokens[r])
+
+
+def order_in_place(waiting, cached_tokens, waited, max_wait):
+    starving = [r for r in waiting if waited[r] >= max_wait]
+    waiting.sort(key=lambda r: (r not in starving, 0 if r in starving else -cached_tokens[r]))
+    return waiting
+
+
+def order_drops_starving(waiting, cached_tokens, waited, max_wait):
+    return sorted((r for r in waiting if waited[r] < max_wait), key=lambda r: -cached_tokens[r])
+
+
+WRONG_ORDERS = {
+    order_ascending: "most first",
+    order_without_guard: "waited max_wait rounds or more goes first",
+    order_ties_by_id: "ties keep arrival order",
+    order_starving_by_cache: "in arrival order",
+    order_guard_off_by_one: "max_wait rounds or more",
+    order_in_place: "the arguments left as they were",
+    order_drops_starving: "none dropped or repeated",
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_ORDERS), ids=lambda f: f.__name__)
+def test_order_check_names_the_bug(wrong, failing_message):
+    message = failing_message(check_cache_aware_order, wrong)
+    assert WRONG_ORDERS[wrong] in message, message
+
+
+def test_release_says_not_implemented_yet(tmp_path, right):
+    released = release_definition(tmp_path, NOTEBOOK, "RadixCache", finished=("02_block_allocator",))
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_radix_cache(released, right[1])
+    order = release_definition(tmp_path, NOTEBOOK, "cache_aware_order", finished=("02_block_allocator",))
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_cache_aware_order(order)
