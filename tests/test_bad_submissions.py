@@ -278,7 +278,9 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
         ),
         "edited_test_prints_passed": (
             insert_cell_after(
-                replace_in_cell(blank, TEST, "check_block_allocator(BlockAllocator)", "print('all tests passed')"),
+                replace_in_cell(
+                    blank, TEST, 'check_block_allocator(BlockAllocator, unfinished="note")', "print('all tests passed')"
+                ),
                 TEST,
                 "print('all tests passed')",
             ),

@@ -203,7 +203,7 @@ def test_check_calls_are_read_as_data_never_run(tmp_path):
     source = (
         guard.preamble(*_fake_guard_root(tmp_path))
         + "from paged_helpers.checks import check_block_allocator\n\n"
-        + "check_block_allocator(BlockAllocator)\n### BEGIN HIDDEN TESTS\n"
+        + 'check_block_allocator(BlockAllocator, unfinished="note")\n### BEGIN HIDDEN TESTS\n'
         + "check_block_allocator(BlockAllocator, seed=2026)\n### END HIDDEN TESTS\n"
     )
     calls = second_opinion.check_calls(source)
