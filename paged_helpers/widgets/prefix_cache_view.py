@@ -23,12 +23,13 @@ from typing import Any
 
 import traitlets
 
+from ..prefix_interface import cached_entries
 from . import display, render
 from .block_table_view import BlockTableView
 
 
 class PrefixCacheView(traitlets.HasTraits):
-    """A picture of a PrefixCache (the chapter's: ``.cache``, ``.entries``, attach/remember/evict).
+    """A picture of a PrefixCache (the interface of ``paged_helpers.prefix_interface``).
 
     Traits (plain JSON, sequences named by ``str(seq)``):
       ``entries``   the cached prefixes in LRU order, least recently used first:
@@ -97,16 +98,17 @@ class PrefixCacheView(traitlets.HasTraits):
 
     def remember(self, seq: Any, tokens: list[int]) -> None:
         """``prefix_cache.remember(seq, tokens)``, recording which blocks were published."""
-        before = set(self.prefix_cache.entries)
+        before = {key for key, _ in cached_entries(self.prefix_cache)}
         self.prefix_cache.remember(seq, tokens)
-        published = [int(block) for key, block in self.prefix_cache.entries.items() if key not in before]
+        published = [block for key, block in cached_entries(self.prefix_cache) if key not in before]
         self._event(f"remember {seq}: published {len(published)} block(s) {published}")
 
     def evict(self, blocks_wanted: int) -> None:
         """``prefix_cache.evict(blocks_wanted)``, recording which cached blocks were dropped."""
-        before = dict(self.prefix_cache.entries)
+        before = cached_entries(self.prefix_cache)
         self.prefix_cache.evict(blocks_wanted)
-        dropped = [int(block) for key, block in before.items() if key not in self.prefix_cache.entries]
+        after = {key for key, _ in cached_entries(self.prefix_cache)}
+        dropped = [block for key, block in before if key not in after]
         self._event(f"evict({blocks_wanted}): dropped {len(dropped)} block(s) {dropped}")
 
     # ----- state and display --------------------------------------------------------------------
@@ -115,8 +117,8 @@ class PrefixCacheView(traitlets.HasTraits):
         """Read the prefix cache and the pool again, and redraw."""
         refs = self.prefix_cache.cache.allocator.refs
         self.entries = [
-            {"tokens": [int(t) for t in key], "block": int(block), "refs": int(refs[block])}
-            for key, block in self.prefix_cache.entries.items()
+            {"tokens": list(key), "block": block, "refs": int(refs[block])}
+            for key, block in cached_entries(self.prefix_cache)
         ]
         self.view.refresh()
         self._redraw()

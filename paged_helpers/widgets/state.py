@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..pool_invariant import PoolReading
+from ..prefix_interface import cached_entries
 
 
 class UnreadableCache(ValueError):
@@ -120,7 +121,7 @@ def read_pool(cache: Any, prefix_cache: Any = None) -> PoolState:
     free_list = [int(b) for b in _attribute(cache, "allocator.free")]
     pools = _attribute(cache, "k_pool")
     num_blocks = int(pools[0].shape[0]) if len(pools) else len(refs)
-    cached = Counter(int(b) for b in prefix_cache.entries.values()) if prefix_cache is not None else Counter()
+    cached = Counter(block for _, block in cached_entries(prefix_cache)) if prefix_cache is not None else Counter()
 
     problems: list[str] = []
     users: dict[int, list[str]] = {}
