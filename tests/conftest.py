@@ -8,7 +8,9 @@ subclasses or edits of the right ones.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import re
 import sys
 from pathlib import Path
@@ -28,8 +30,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 @functools.cache
 def solution(notebook: str, name: str):
-    """The instructor's definition of ``name`` from notebooks/<notebook>.ipynb."""
-    return load_from_notebook(notebook, name, search=[NOTEBOOKS])
+    """The instructor's definition of ``name`` from notebooks/<notebook>.ipynb.
+
+    Quietly: the loader's "using your ... from ..." note is for learners, and would otherwise land
+    in the output of whichever test loads a solution first.
+    """
+    with contextlib.redirect_stdout(io.StringIO()):
+        return load_from_notebook(notebook, name, search=[NOTEBOOKS])
 
 
 def strip_ansi(text: str) -> str:

@@ -254,7 +254,8 @@ def test_import_switches_on_the_interpreter_before_triton_and_stays_silent():
 def test_triton_imported_first_is_explained_in_the_banner():
     done = run_python("import triton, paged_helpers; print(paged_helpers.banner())")
     assert done.returncode == 0, done.stderr
-    assert "import paged_helpers first" in done.stdout
+    assert "imported before paged_helpers" in done.stdout
+    assert "`import paged_helpers as ph` before any cell that imports triton" in done.stdout
 
 
 # --- workloads and run.py --------------------------------------------------------------------
