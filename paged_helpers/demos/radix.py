@@ -101,12 +101,7 @@ class RadixServer:
     def start(self, seq: str, prompt: list[int]) -> int | None:
         node, blocks = self.radix.match(prompt[:-1])
         self.radix.lock(node)  # before reserve: evicting our own prefix would free nothing useful
-        self.cache.create(seq)
-        for block in blocks:
-            self.cache.allocator.share(block)
-            self.cache.tables[seq].append(block)
-        reused = len(blocks) * self.cache.block_size
-        self.cache.lengths[seq] = reused
+        reused = _create_holding(self.cache, seq, blocks)
         if not _reserve(self.cache, seq, len(prompt) - reused, self.radix.evict):
             self.radix.unlock(node)
             self.cache.free(seq)
@@ -123,6 +118,18 @@ class RadixServer:
     def finish(self, seq: str) -> None:
         self.radix.unlock(self.locks.pop(seq))
         self.cache.free(seq)
+
+
+def _create_holding(cache: Any, seq: str, blocks: list[int]) -> int:
+    """Create ``seq`` in ``cache`` whose first logical blocks are ``blocks``, full and shared (one more
+    reference each, owned by seq's table). Returns the tokens they hold: what seq skips in prefill."""
+    cache.create(seq)
+    for block in blocks:
+        cache.allocator.share(block)
+    cache.tables[seq].extend(blocks)
+    held = len(blocks) * cache.block_size
+    cache.lengths[seq] = held
+    return held
 
 
 def _reserve(cache: Any, seq: str, tokens: int, evict: Any) -> bool:
