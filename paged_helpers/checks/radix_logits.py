@@ -1,0 +1,342 @@
+"""check_radix_logits: the radix cache on the model (notebook 10).
+
+``check_radix_cache`` proves the tree's bookkeeping with blocks the check only pretends to fill.
+This check fills them for real: the course's tiny Qwen3 runs on the learner's ``PagedKVCache``
+(notebook 04) with the learner's ``RadixCache`` on that cache's allocator, and every request is
+served the way an engine serves it:
+
+1. ``match`` all but the last prompt token (the last one is always prefilled: its logits pick the
+   first output token), ``lock`` the node;
+2. create the request with the matched blocks shared into its table, ``reserve`` the rest of the
+   prompt (``evict`` first when the pool is short);
+3. prefill only the tokens after the match, ``insert`` the prompt's whole blocks, lock the new
+   node and unlock the matched one; decode two tokens; unlock and ``free`` at the end.
+
+Every prefilled and decoded row of logits must equal a from-scratch run of the whole sequence
+(one tolerance policy, ``checks/scratch.py``). Before a request's forward pass the check
+compares what it knows with what the learner's code handed out, so that a wrong logit comes with
+its cause: each matched block must hold the keys written for exactly that prefix and be unchanged
+since, and no freshly reserved block may still be in the tree or in another running request's
+table. Scenarios: a multi-turn chat plus a second chat sharing its system prompt (the reuse must
+equal a brute-force longest match), prompts branching inside a cached edge (splits), and several
+chats running side by side in a small pool (eviction while requests hold locks).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+from ..device import DEVICE
+from ..model import tiny_qwen3
+from ..workloads import multi_turn_chats, random_tokens
+from .report import call_learner, check, fail
+from .scratch import logit_gap, logit_tolerance, logits_match
+
+__all__ = ["check_radix_logits"]
+
+BLOCK = 4
+DECODE_STEPS = 2
+
+MATCHED_WRONG_HINT = (
+    "match may only return blocks whose keys and values belong to exactly the probe's prefix: walk "
+    "children by whole blocks of tokens, and when a split cuts an edge, cut its blocks at the same "
+    "place (tokens[:cut] with blocks[:cut // block_size])"
+)
+OVERWRITTEN_HINT = (
+    "a block in the tree must never go back to the free list while the tree holds it: insert takes "
+    "the cache's own reference (allocator.share) on each new leaf block, and evict releases only "
+    "the blocks of the leaves it removes"
+)
+REUSE_HINT = (
+    "match walks down from the root while the next whole block of the prompt equals the edge's, "
+    "into the middle of an edge if need be, and returns every block it walked over"
+)
+LOGITS_HINT = (
+    "the cached keys and values were right, so look at what the request's table holds after the "
+    "matched blocks: the matched blocks first, in order, then the blocks reserve added; and the "
+    "prefill starts at the first position after the match"
+)
+
+
+def _tree_blocks(radix: Any) -> dict[int, tuple[int, ...]]:
+    """Each block in the learner's tree -> the tokens from the root to the end of that block."""
+    found, stack = {}, [(radix.root, ())]
+    while stack:
+        node, prefix = stack.pop()
+        for child in node.children.values():
+            path = prefix + tuple(child.tokens)
+            start = len(path) - len(child.tokens)
+            for index, block in enumerate(child.blocks):
+                found[block] = path[: start + (index + 1) * BLOCK]
+            stack.append((child, path))
+    return found
+
+
+class _ModelServer:
+    """The learner's radix cache on the learner's paged cache, under the tiny Qwen3, one request at a time.
+
+    The check keeps its own record of every full block it prefilled: the prefix whose keys it
+    holds (``written``) and a copy of its layer-0 keys (``keys``). Only the check writes these
+    records; the learner's code is judged against them.
+    """
+
+    def __init__(self, RadixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:
+        self.scenario, self.num_blocks = scenario, num_blocks
+        self.model = tiny_qwen3(seed, device=DEVICE)
+        config = self.model.config
+        self.vocab = config.vocab_size
+        self.cache = call_learner(
+            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
+            PagedKVCache,
+            config.num_hidden_layers,
+            num_blocks,
+            BLOCK,
+            config.num_key_value_heads,
+            config.head_dim,
+            device=DEVICE,
+            scenario=scenario,
+        )
+        self.radix = call_learner(
+            f"RadixCache(cache.allocator, block_size={BLOCK})",
+            RadixCache,
+            self.cache.allocator,
+            BLOCK,
+            scenario=scenario,
+        )
+        self.written: dict[int, tuple[int, ...]] = {}
+        self.keys: dict[int, torch.Tensor] = {}
+        self.locks: dict[str, Any] = {}
+        self.tokens: dict[str, list[int]] = {}
+        self.served: list[tuple[int, ...]] = []  # whole-block prefixes inserted so far
+
+    # --- one request --------------------------------------------------------------------------
+    def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
+        """match, lock, table, prefill (checked), insert, decode (checked). The request keeps running."""
+        where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
+        node, blocks = call_learner(f"match({name} without its last token)", self.radix.match, prompt[:-1], scenario=where)
+        blocks = list(blocks)
+        reused = len(blocks) * BLOCK
+        if expect_reuse:
+            wanted = self._longest_cached(prompt[:-1])
+            if reused != wanted:
+                fail(where, f"{wanted} tokens reused from the cache", f"{reused} ({len(blocks)} blocks)", REUSE_HINT)
+        self._expect_matched_blocks(blocks, prompt, where)
+        call_learner(f"lock(node of {name}'s match)", self.radix.lock, node, scenario=where)
+        call_learner(f"create({seq!r})", self.cache.create, seq, scenario=where)
+        for block in blocks:
+            self.cache.allocator.share(block)  # the request's own reference, as the engine takes it
+        self.cache.tables[seq].extend(blocks)
+        self.cache.lengths[seq] = reused
+        self.locks[seq] = node
+        self.tokens[seq] = list(prompt[:reused])
+        self._reserve(seq, len(prompt) - reused, where)
+        self._forward(seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused")
+        for index, block in enumerate(self.cache.tables[seq][len(blocks) : len(prompt) // BLOCK], start=len(blocks)):
+            self.written[block] = tuple(prompt[: (index + 1) * BLOCK])
+            self.keys[block] = self.cache.k_pool[0][block].clone()
+        new = call_learner(f"insert({name}, table)", self.radix.insert, list(prompt), list(self.cache.tables[seq]), scenario=where)
+        call_learner(f"lock(node of {name} after insert)", self.radix.lock, new, scenario=where)
+        call_learner(f"unlock(node of {name}'s match)", self.radix.unlock, node, scenario=where)
+        self.locks[seq] = new
+        self.served.append(tuple(prompt[: len(prompt) // BLOCK * BLOCK]))
+        for step in range(DECODE_STEPS):
+            token = random.Random(len(self.tokens[seq]) * 7919 + step).randrange(self.vocab)
+            self._reserve(seq, 1, where)
+            self._forward(seq, [token], f"{where}, decode step {step + 1}")
+
+    def finish(self, seq: str) -> None:
+        call_learner(f"unlock(node of {seq!r})", self.radix.unlock, self.locks.pop(seq), scenario=self.scenario)
+        call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
+        del self.tokens[seq]
+
+    def drain(self) -> None:
+        for seq in list(self.locks):
+            self.finish(seq)
+        call_learner(f"evict({self.num_blocks})", self.radix.evict, self.num_blocks, scenario=self.scenario)
+        self._expect_tree_held(f"{self.scenario}, after every request finished and evict({self.num_blocks})")
+        free = self.cache.allocator.num_free
+        if free != self.num_blocks:
+            fail(
+                f"{self.scenario}, after every request finished and evict({self.num_blocks})",
+                f"all {self.num_blocks} blocks free",
+                f"{free} free",
+                "the logits were right but blocks stayed in use; check_radix_cache walks the tree after every "
+                "step and names where a reference or a lock is lost",
+            )
+
+    # --- the engine's steps --------------------------------------------------------------------
+    def _reserve(self, seq: str, tokens: int, where: str) -> None:
+        before = len(self.cache.tables[seq])
+        try:
+            self.cache.reserve(seq, tokens)
+        except MemoryError:
+            wanted = self.cache.allocator.num_free + self.cache.blocks_to_add(seq, tokens)
+            call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=where)
+            self._expect_tree_held(f"{where}, after evict({wanted})")
+            call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
+        self._expect_fresh(seq, self.cache.tables[seq][before:], where)
+
+    def _forward(self, seq: str, new: list[int], where: str) -> None:
+        call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
+        start = len(self.tokens[seq])
+        with torch.no_grad():
+            got = call_learner(
+                "the model's forward pass through your cache",
+                self.model,
+                torch.tensor([new], device=DEVICE),  # [1, T]
+                torch.arange(start, start + len(new), device=DEVICE),  # [T]
+                cache=self.cache,
+                scenario=where,
+            )[0]  # [T, vocab]
+        self.tokens[seq] += new
+        expected = self.model.logits_from_scratch([self.tokens[seq]])[0][start:]  # [T, vocab]
+        gap = logit_gap(got, expected)
+        if not logits_match(gap, DEVICE, got.dtype):
+            fail(
+                where,
+                f"logits equal to running all {len(self.tokens[seq])} tokens from scratch "
+                f"(max |difference| at most {logit_tolerance(DEVICE, got.dtype):g})",
+                f"max |difference| {gap:.3g}",
+                LOGITS_HINT,
+            )
+
+    # --- what the check knows -----------------------------------------------------------------
+    def _longest_cached(self, probe: list[int]) -> int:
+        """Brute force: the most whole blocks of ``probe`` that some inserted prompt starts with."""
+        best = 0
+        for sequence in self.served:
+            same = 0
+            while (same + 1) * BLOCK <= min(len(sequence), len(probe)) and (
+                sequence[: (same + 1) * BLOCK] == tuple(probe[: (same + 1) * BLOCK])
+            ):
+                same += 1
+            best = max(best, same * BLOCK)
+        return best
+
+    def _expect_matched_blocks(self, blocks: list[int], prompt: list[int], where: str) -> None:
+        for index, block in enumerate(blocks):
+            wanted = tuple(prompt[: (index + 1) * BLOCK])
+            written = self.written.get(block)
+            if written != wanted:
+                what = "nothing this check prefilled" if written is None else self._describe(written)
+                fail(
+                    where,
+                    f"match's block {index} holding the keys of this prompt's tokens 0..{len(wanted) - 1}",
+                    f"block {block}, which holds {what}",
+                    MATCHED_WRONG_HINT,
+                )
+            if not self.cache.allocator.refs[block]:
+                fail(
+                    where,
+                    f"block {block} (match's block {index}) held by the tree: refcount at least 1",
+                    "refcount 0: the block is on the free list, though match still hands it out",
+                    OVERWRITTEN_HINT,
+                )
+            if not torch.equal(self.cache.k_pool[0][block], self.keys[block]):
+                fail(
+                    where,
+                    f"block {block} (match's block {index}) unchanged since its prefill wrote it",
+                    "its keys were overwritten: the block went back to the free list while the tree held it",
+                    OVERWRITTEN_HINT,
+                )
+
+    def _expect_tree_held(self, where: str) -> None:
+        for block, prefix in _tree_blocks(self.radix).items():
+            if not self.cache.allocator.refs[block]:
+                fail(
+                    where,
+                    f"block {block}, which the tree still holds for tokens 0..{len(prefix) - 1} of a cached prefix, "
+                    "kept out of the free list",
+                    "refcount 0: the next reserve may hand it out and overwrite its keys",
+                    OVERWRITTEN_HINT + "; a leaf whose blocks evict releases leaves the tree",
+                )
+
+    def _expect_fresh(self, seq: str, added: list[int], where: str) -> None:
+        in_tree = _tree_blocks(self.radix)
+        for block in added:
+            if block in in_tree:
+                fail(
+                    where,
+                    f"reserve for {seq!r} given free blocks only",
+                    f"block {block}, which the tree still holds for tokens 0..{len(in_tree[block]) - 1} of a cached prefix",
+                    OVERWRITTEN_HINT,
+                )
+            others = [other for other, table in self.cache.tables.items() if other != seq and block in table]
+            if others:
+                fail(
+                    where,
+                    f"reserve for {seq!r} given free blocks only",
+                    f"block {block}, which running request {others[0]!r} still uses",
+                    OVERWRITTEN_HINT,
+                )
+
+    def _describe(self, written: tuple[int, ...]) -> str:
+        for number, sequence in enumerate(self.served):
+            if sequence[: len(written)] == written:
+                return f"the keys of tokens 0..{len(written) - 1} of request {number + 1} served"
+        return f"the keys of another prefix of {len(written)} tokens"
+
+
+def _chat_and_neighbour(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
+    """Three turns of a chat, then a second chat's first turn sharing the system prompt; no pressure."""
+    server = _ModelServer(RadixCache, PagedKVCache, 48, "a 3-turn chat, then a second chat (pool of 48)", seed)
+    chats = multi_turn_chats(2, 3, 8, (3, 6), (4, 8), server.vocab, seed=rng.randrange(2**31)).turns
+    for turn, prompt in enumerate(chats[0]):
+        server.serve(f"chat0-turn{turn}", prompt, f"chat 0, turn {turn}", expect_reuse=True)
+        server.finish(f"chat0-turn{turn}")
+    server.serve("chat1-turn0", chats[1][0], "chat 1, turn 0", expect_reuse=True)
+    server.drain()
+
+
+def _branches_inside_edges(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
+    """A 5-block prompt, then prompts leaving it after 2 and 3 blocks (splits), then it again."""
+    server = _ModelServer(RadixCache, PagedKVCache, 48, "prompts branching inside a cached edge (pool of 48)", seed)
+    base = random_tokens(21, server.vocab, rng)
+    prompts = [
+        ("the 21-token prompt", base),
+        ("a prompt leaving it after 2 blocks", base[:8] + random_tokens(7, server.vocab, rng)),
+        ("a prompt leaving it after 3 blocks", base[:12] + random_tokens(6, server.vocab, rng)),
+        ("the 21-token prompt again", base),
+    ]
+    for number, (name, prompt) in enumerate(prompts):
+        server.serve(f"request{number}", prompt, name, expect_reuse=True)
+        if number % 2:
+            server.finish(f"request{number - 1}")
+            server.finish(f"request{number}")
+    server.drain()
+
+
+def _side_by_side_under_pressure(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
+    """Three chats of four turns, two requests running at once, in a pool that forces evictions."""
+    server = _ModelServer(
+        RadixCache, PagedKVCache, 18, "three chats of four turns, two requests at once (pool of 18)", seed
+    )
+    chats = multi_turn_chats(3, 4, 4, (2, 5), (3, 6), server.vocab, seed=rng.randrange(2**31)).turns
+    running: list[str] = []
+    for turn in range(4):
+        for chat in rng.sample(range(3), 3):
+            seq = f"chat{chat}-turn{turn}"
+            server.serve(seq, chats[chat][turn], f"chat {chat}, turn {turn}", expect_reuse=False)
+            running.append(seq)
+            if len(running) > 1:
+                server.finish(running.pop(0))
+    server.drain()
+
+
+SCENARIOS = (_chat_and_neighbour, _branches_inside_edges, _side_by_side_under_pressure)
+
+
+@check(
+    notebook="10_radix_cache",
+    builds="RadixCache",
+    partners=(("04_fork_and_copy_on_write", "PagedKVCache"),),
+)
+def check_radix_logits(RadixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
+    """Requests reusing the tree's blocks on the tiny Qwen3 give their from-scratch logits."""
+    rng = random.Random(seed)
+    for scenario in SCENARIOS:
+        scenario(RadixCache, PagedKVCache, rng, seed)
+    return f"{len(SCENARIOS)} scenarios, every prefilled and decoded row equal to a from-scratch run"

@@ -1,0 +1,103 @@
+"""check_radix_logits: the instructor's radix cache gives from-scratch logits on the tiny Qwen3, and
+wrong radix caches (one mistake each, as subclasses of the instructor's class) fail with a message
+that names what the learner's code handed out, before any logit is compared."""
+
+from __future__ import annotations
+
+import pytest
+
+from paged_helpers.checks import NotImplementedYet, check_radix_logits
+
+import test_checks_radix as structural
+from conftest import solution
+from student_release import release_definition
+
+NOTEBOOK = "10_radix_cache"
+# Notebook 10 loads 02's allocator and 04's paged cache (which loads 03's and 02's in turn).
+EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write")
+
+
+@pytest.fixture(scope="module")
+def right():
+    return solution(NOTEBOOK, "RadixCache"), solution("04_fork_and_copy_on_write", "PagedKVCache")
+
+
+def evict_keeping_the_leaf(self, blocks_wanted):
+    """Releases the blocks of the least recently used leaf but leaves the node in the tree."""
+    released = set()
+    while self.allocator.num_free < blocks_wanted:
+        leaf = next(
+            (leaf for leaf in sorted(self.leaves(), key=lambda leaf: leaf.last_used)
+             if not leaf.lock_count and id(leaf) not in released),
+            None,
+        )
+        if leaf is None:
+            return
+        released.add(id(leaf))
+        for block in leaf.blocks:
+            self.allocator.release(block)
+
+
+WRONG = {
+    "split_swaps_blocks": (
+        structural.WRONG["split_swaps_blocks"],
+        ["which holds the keys of tokens", "cut its blocks at the same place"],
+    ),
+    "match_takes_whole_edge": (
+        structural.WRONG["match_takes_whole_edge"],
+        ["tokens reused from the cache", "into the middle of an edge"],
+    ),
+    "insert_without_share": (
+        structural.WRONG["insert_without_share"],
+        ["refcount 0: the block is on the free list", "insert takes the cache's own reference"],
+    ),
+    "evict_keeps_the_leaf": (
+        dict(evict=evict_keeping_the_leaf),
+        ["which the tree still holds for tokens", "a leaf whose blocks evict releases leaves the tree"],
+    ),
+    "lock_never_released": (
+        structural.WRONG["lock_never_released"],
+        ["the logits were right but blocks stayed in use", "check_radix_cache"],
+    ),
+}
+
+
+def test_right_implementation_passes(right, capsys):
+    for seed in (0, 1, 2026):
+        check_radix_logits(*right, seed=seed)
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.count("check_radix_logits: 3 scenarios") == 3
+
+
+def test_scenarios_reuse_split_and_evict(right):
+    """The check is only a test of reuse, splits and eviction if those happen in it."""
+    calls = {"evict": 0, "reused": 0}
+
+    class Counting(right[0]):
+        def evict(self, blocks_wanted):
+            calls["evict"] += 1
+            super().evict(blocks_wanted)
+
+        def match(self, tokens):
+            node, blocks = super().match(tokens)
+            calls["reused"] += len(blocks)
+            return node, blocks
+
+    check_radix_logits(Counting, right[1])
+    assert calls["evict"] >= 3 and calls["reused"] >= 20
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_check_names_the_bug(bug, right, failing_message):
+    methods, words = WRONG[bug]
+    message = failing_message(check_radix_logits, type(bug, (right[0],), methods), right[1])
+    for phrase in words:
+        assert phrase in message, f"{bug}: {phrase!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+def test_release_says_not_implemented_yet(tmp_path, right):
+    released = release_definition(tmp_path, NOTEBOOK, "RadixCache", finished=EARLIER)
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_radix_logits(released, right[1])
