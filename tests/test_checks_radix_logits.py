@@ -5,10 +5,10 @@ that names what the learner's code handed out, before any logit is compared."""
 from __future__ import annotations
 
 import pytest
+import test_checks_radix as structural
 
 from paged_helpers.checks import NotImplementedYet, check_radix_logits
 
-import test_checks_radix as structural
 from conftest import solution
 from student_release import release_definition
 
@@ -27,8 +27,11 @@ def evict_keeping_the_leaf(self, blocks_wanted):
     released = set()
     while self.allocator.num_free < blocks_wanted:
         leaf = next(
-            (leaf for leaf in sorted(self.leaves(), key=lambda leaf: leaf.last_used)
-             if not leaf.lock_count and id(leaf) not in released),
+            (
+                leaf
+                for leaf in sorted(self.leaves(), key=lambda leaf: leaf.last_used)
+                if not leaf.lock_count and id(leaf) not in released
+            ),
             None,
         )
         if leaf is None:

@@ -195,7 +195,10 @@ def test_demo_state_follows_create_fork_write_free(PagedKVCache):
     assert cache.allocator.refs[shared] == 3
     demo.write()  # into C, the selected sequence
     copied = cache.tables["C"][1]
-    assert demo.message == f"block {shared} was shared by 3 tables: copied to block {copied} before writing C's token"
+    word = demo.tokenizer.token_text(demo.tokens["C"][-1])
+    assert demo.message == (
+        f'block {shared} was shared by 3 tables: copied to block {copied} before writing C\'s token 6 ("{word}")'
+    )
     assert demo.view.copies == [{"seq": "C", "logical": 1, "source": shared, "target": copied}]
     assert_view_matches(demo.view, cache)
     demo.write("A")
@@ -207,6 +210,53 @@ def test_demo_state_follows_create_fork_write_free(PagedKVCache):
     assert_view_matches(demo.view, cache)
     demo.reset()
     assert demo.sequences == [] and demo.cache is not cache and demo.view.free == list(range(16))
+
+
+def test_view_labels_every_slot_and_row_with_words(PagedKVCache):
+    """With each sequence's tokens, every written slot shows its word and each row its text by block."""
+    from paged_helpers import tokenizer
+
+    words = tokenizer()
+    cache = make_cache(PagedKVCache)
+    tokens = {"A": words.encode("the cat sat by the window.")}
+    cache.create("A")
+    write(cache, "A", len(tokens["A"]))
+    view = BlockTableView(cache, tokens=tokens, token_text=words.token_text)
+    first, second = cache.tables["A"]
+    assert view.words == {str(first): [["the"], ["cat"], ["sat"], ["by"]], str(second): [["the"], ["window"], ["."], []]}
+    assert view.texts == {"A": "the cat sat by | the window ."}
+    cache.fork("A", "B")
+    tokens["B"] = tokens["A"] + words.encode("and")
+    write(cache, "B", 1)  # copy-on-write: B's last block is a copy holding its own fourth word
+    view.refresh()
+    copy = cache.tables["B"][1]
+    assert view.words[str(copy)] == [["the"], ["window"], ["."], ["and"]] and view.words[str(second)][3] == []
+    slots = elements(view.to_html(), "ph-slot")
+    assert [slot["data-slot"] for slot in slots[:4]] == ["0", "1", "2", "3"]
+    assert "the cat sat by | the window . and" in view.to_html() and view.problems == []
+    with pytest.raises(TypeError, match="tokens must map"):
+        BlockTableView(cache, tokens=[1, 2])
+
+
+def test_demo_shows_both_words_where_copy_on_write_is_missing(PagedKVCache):
+    """Without copy-on-write two sequences' tokens land in one slot: the picture shows both, flagged."""
+    NoCopy = type("NoCopy", (PagedKVCache,), {"blocks_to_copy": lambda self, seq, new_tokens: []})
+    demo = CowDemo(NoCopy)
+    demo.create()
+    demo.fork()
+    demo.write("B")
+    demo.write("A")
+    shared = demo.cache.tables["A"][1]
+    both = demo.view.words[str(shared)][2]
+    assert len(both) == 2 and "Copy-on-write is missing" in demo.message
+    assert any(f"block {shared}, slot 2" in problem and "overwritten" in problem for problem in demo.view.problems)
+    assert elements(demo.view.to_html(), "ph-clash")
+
+
+def test_demo_without_words_shows_numbers_only(PagedKVCache):
+    demo = CowDemo(PagedKVCache, words=False)
+    demo.create()
+    assert demo.view.words == {} and '"' not in demo.message and not elements(demo.view.to_html(), "ph-words")
 
 
 def test_demo_buttons_drive_the_same_steps(PagedKVCache):
@@ -496,7 +546,7 @@ def test_story_announces_each_step_before_it_runs(PagedKVCache):
     assert announced[0].startswith("create A with a 6-token prompt")
     assert announced[1].startswith("fork A into B") and announced[3].startswith("fork A into D")
     assert "which 4 tables share. Watch for the copy" in announced[4]
-    assert said[4][2] == "block 1 was shared by 4 tables: copied to block 2 before writing D's token"
+    assert said[4][2].startswith("block 1 was shared by 4 tables: copied to block 2 before writing D's token 6 (")
     assert "which 3 tables share" in announced[5] and "A's own" in announced[6]
     assert "no copy needed" in said[6][2]
     assert announced[8].startswith("free C: block 1, held by C alone, goes back to the free list")

@@ -116,7 +116,9 @@ class _ModelServer:
     def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
         """match, lock, table, prefill (checked), insert, decode (checked). The request keeps running."""
         where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
-        node, blocks = call_learner(f"match({name} without its last token)", self.radix.match, prompt[:-1], scenario=where)
+        node, blocks = call_learner(
+            f"match({name} without its last token)", self.radix.match, prompt[:-1], scenario=where
+        )
         blocks = list(blocks)
         reused = len(blocks) * BLOCK
         if expect_reuse:
@@ -133,11 +135,15 @@ class _ModelServer:
         self.locks[seq] = node
         self.tokens[seq] = list(prompt[:reused])
         self._reserve(seq, len(prompt) - reused, where)
-        self._forward(seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused")
+        self._forward(
+            seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
+        )
         for index, block in enumerate(self.cache.tables[seq][len(blocks) : len(prompt) // BLOCK], start=len(blocks)):
             self.written[block] = tuple(prompt[: (index + 1) * BLOCK])
             self.keys[block] = self.cache.k_pool[0][block].clone()
-        new = call_learner(f"insert({name}, table)", self.radix.insert, list(prompt), list(self.cache.tables[seq]), scenario=where)
+        new = call_learner(
+            f"insert({name}, table)", self.radix.insert, list(prompt), list(self.cache.tables[seq]), scenario=where
+        )
         call_learner(f"lock(node of {name} after insert)", self.radix.lock, new, scenario=where)
         call_learner(f"unlock(node of {name}'s match)", self.radix.unlock, node, scenario=where)
         self.locks[seq] = new
@@ -261,7 +267,8 @@ class _ModelServer:
                 fail(
                     where,
                     f"reserve for {seq!r} given free blocks only",
-                    f"block {block}, which the tree still holds for tokens 0..{len(in_tree[block]) - 1} of a cached prefix",
+                    f"block {block}, which the tree still holds "
+                    f"for tokens 0..{len(in_tree[block]) - 1} of a cached prefix",
                     OVERWRITTEN_HINT,
                 )
             others = [other for other, table in self.cache.tables.items() if other != seq and block in table]

@@ -42,3 +42,10 @@ def expected_figures() -> dict:
     import json
 
     return json.loads(data_path("expected_figures.json").read_text())
+
+
+def course_prompts() -> dict:
+    """data/prompts.json: the course's prompts as text (a system prompt, questions, a prompt to fork, examples)."""
+    import json
+
+    return json.loads(data_path("prompts.json").read_text())

@@ -3,6 +3,13 @@
     view = ph.widgets.BlockTableView(cache)       # displays in the notebook
     cache.fork("A", "B"); view.refresh()          # the picture above follows
 
+Given each sequence's tokens (``tokens``, label -> ids, read at every refresh and never changed)
+and ``token_text`` (an id -> its word, e.g. ``ph.tokenizer().token_text``), every slot of a tile
+shows its token's word, and each table row the sequence's text, block by block:
+
+    tokens = {"A": tok.encode("the cat sat by the window")}
+    view = ph.widgets.BlockTableView(cache, tokens=tokens, token_text=tok.token_text)
+
 The pool is a grid of physical blocks; each tile shows the sequences using the block (a
 coloured chip with the name), its reference count, how many slots are written, and whether it
 is free or held only by the prefix cache. A pool of more than ``COMPACT_ABOVE`` blocks is drawn
@@ -11,19 +18,21 @@ otherwise. Under it, each sequence's block table as a row of
 logical -> physical entries. Shared blocks have a thick border; a block that copy-on-write has
 just copied has a double border and says "copy of N". Bookkeeping that breaks the chapter's
 invariants (a refcount below the number of tables pointing at a block, a used block on the free
-list, a leaked block) is flagged on the tile instead of raising, so a learner sees the bug.
+list, a leaked block, two sequences' different tokens in one slot) is flagged on the tile instead
+of raising, so a learner sees the bug.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import traitlets
 
 from . import display, render
 from .palette import SequenceColours
-from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool
+from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool, slot_words
 
 # Pools up to this many blocks are drawn whole; larger ones compactly, unless told otherwise.
 COMPACT_ABOVE = 24
@@ -38,6 +47,9 @@ class BlockTableView(traitlets.HasTraits):
 
     ``copies`` lists the table entries that changed block since the previous refresh, which in
     the chapter's cache only copy-on-write does: {"seq", "logical", "source", "target"}.
+    With ``tokens``, ``words`` maps each block (as a string) to its slots' words (a list per
+    slot: one word, none, or several where sequences disagree) and ``texts`` each sequence to
+    its text, blocks separated by " | ".
 
     Display it as a cell's last expression (or with ``display``); use ``.widget`` to put it
     inside another ipywidgets layout, and ``to_html()`` for a static picture.
@@ -56,6 +68,8 @@ class BlockTableView(traitlets.HasTraits):
     error = traitlets.Unicode("")
     presentation = traitlets.Bool(False)
     compact = traitlets.Bool(None, allow_none=True)
+    words = traitlets.Dict()
+    texts = traitlets.Dict()
 
     def __init__(
         self,
@@ -65,8 +79,16 @@ class BlockTableView(traitlets.HasTraits):
         presentation: bool = False,
         columns: int = 8,
         compact: bool | None = None,
+        tokens: Mapping[str, Sequence[int]] | None = None,
+        token_text: Callable[[int], str] = str,
     ):
         super().__init__()
+        if tokens is not None and not isinstance(tokens, Mapping):
+            raise TypeError(f"tokens must map each sequence to its token ids, got {type(tokens).__name__}")
+        if not callable(token_text):
+            raise TypeError(f"token_text must be a callable token id -> word, got {type(token_text).__name__}")
+        self.tokens = tokens
+        self.token_text = token_text
         self.cache = cache
         self.prefix_cache = prefix_cache
         self.columns = columns
@@ -99,6 +121,7 @@ class BlockTableView(traitlets.HasTraits):
         copies = find_copies(self._previous_tables, state.tables) if self._previous_tables is not None else []
         self._previous_tables = {label: list(table) for label, table in state.tables.items()}
         self.state = state
+        words = slot_words(state, self._labelled_tokens(), self.token_text) if self.tokens is not None else None
         for label in state.tables:  # colours follow creation, whether or not this state is drawn
             self.colours(label)
         with self.hold_trait_notifications():
@@ -115,7 +138,29 @@ class BlockTableView(traitlets.HasTraits):
             self.problems = list(state.problems) + [
                 f"block {block.index}: {block.problem}" for block in state.blocks if block.problem
             ]
+            self.words = {
+                str(b): [list(labels) for labels in slots] for b, slots in (words.words if words else {}).items()
+            }
+            self.texts = self._texts(state) if words else {}
+            if words:
+                self.problems = self.problems + list(words.clashes)
         self._redraw()
+
+    def _labelled_tokens(self) -> dict[str, list[int]]:
+        return {str(seq): [int(t) for t in ids] for seq, ids in (self.tokens or {}).items()}
+
+    def _texts(self, state: PoolState) -> dict[str, str]:
+        """Each sequence's written tokens as words, " | " between blocks."""
+        texts, size = {}, state.block_size
+        for label, ids in self._labelled_tokens().items():
+            if label not in state.tables:
+                continue
+            written = ids[: state.lengths.get(label, 0)]
+            texts[label] = " | ".join(
+                " ".join(str(self.token_text(t)) for t in written[start : start + size])
+                for start in range(0, len(written), size)
+            )
+        return texts
 
     def _show_error(self, text: str) -> None:
         self.state = None
@@ -145,6 +190,8 @@ class BlockTableView(traitlets.HasTraits):
             self.columns,
             compact=self.drawn_compact,
             presentation=self.presentation,
+            words={int(block): [tuple(labels) for labels in slots] for block, slots in self.words.items()},
+            texts=self.texts,
         )
 
     def to_html(self) -> str:

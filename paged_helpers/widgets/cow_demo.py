@@ -6,7 +6,10 @@
 It builds a tiny cache from the class it is given (1 layer, 2 KV heads, head_dim 4, blocks
 of 4 slots, 16 blocks) and offers buttons: create a prompt, fork the selected sequence, write
 one token into it, free it, reset. Each step says in one line what happened, for example
-"block 1 was shared by 3 tables: copied to block 2 before writing". Everything runs through
+"block 1 was shared by 3 tables: copied to block 2 before writing C's token 6 ("sea")".
+Prompts are words of the course's fork prompt (``data/prompts.json``) and each write adds a
+word, so every slot in the picture shows its word (``words=False``: numbers only); without
+copy-on-write, the shared slot shows both sequences' words, flagged. Everything runs through
 the class's own methods: writing a token is ``reserve(seq, 1)`` followed by ``set_batch`` and
 ``update`` with small random keys and values, so any copy happens inside the learner's
 ``reserve``; the demo finds it by comparing the block tables before and after.
@@ -31,6 +34,8 @@ from typing import Any
 import torch
 import traitlets
 
+from ..course_data import course_prompts
+from ..words import split_words, tokenizer
 from . import display, render
 from .block_table_view import BlockTableView
 from .state import find_copies, read_tables
@@ -82,7 +87,8 @@ class CowDemo(traitlets.HasTraits):
     per step, oldest first), ``message`` (the latest line), ``problem`` (non-empty while the
     class cannot run the demo at all), ``presentation``. ``view`` is the BlockTableView of the
     cache; its traits hold the pool's state. ``upcoming`` is the name the next created or forked
-    sequence will get (a Story announces it before the step).
+    sequence will get (a Story announces it before the step). ``tokens`` holds each live
+    sequence's token ids (the demo's own record: the cache stores keys and values, not tokens).
     """
 
     sequences = traitlets.List()
@@ -104,6 +110,7 @@ class CowDemo(traitlets.HasTraits):
         prompt_tokens: int = 6,
         seed: int = 0,
         presentation: bool = False,
+        words: bool = True,
     ):
         super().__init__()
         if not isinstance(cache_class, type):
@@ -117,7 +124,21 @@ class CowDemo(traitlets.HasTraits):
         self.prompt_tokens = prompt_tokens
         self.seed = seed
         self.cache: Any = None
-        self.view = BlockTableView(None, presentation=presentation, compact=presentation or None)
+        self.tokens: dict[str, list[int]] = {}
+        self.tokenizer = tokenizer() if words else None
+        # The prompts' words, and the words a write draws from: the course's fork prompt.
+        fork_text = course_prompts()["fork_prompt"] if words else ""
+        self._prompt_ids = self.tokenizer.encode(fork_text) if self.tokenizer else []
+        self._word_choices = [
+            self.tokenizer.encode(piece)[0] for piece in dict.fromkeys(split_words(fork_text)) if piece.isalpha()
+        ]
+        self.view = BlockTableView(
+            None,
+            presentation=presentation,
+            compact=presentation or None,
+            tokens=self.tokens if words else None,
+            token_text=self.tokenizer.token_text if self.tokenizer else str,
+        )
         self._controls: dict[str, Any] = {}
         self._screen: Any = None
         self._widget: Any = None
@@ -135,6 +156,8 @@ class CowDemo(traitlets.HasTraits):
         self.upcoming = next(self._names)
         self._generator = torch.Generator().manual_seed(self.seed)
         self.sequences, self.selected, self.history, self.problem = [], "", [], ""
+        self.tokens.clear()
+        self._prompts_made = 0
         try:
             self.cache = self._call(
                 "__init__", self.cache_class, *self.sizes.values(), device="cpu", dtype=torch.float32
@@ -162,6 +185,7 @@ class CowDemo(traitlets.HasTraits):
             self.sequences = [*self.sequences, seq]
             self._call("reserve", self.cache.reserve, seq, tokens)
             self._write_kv(seq, start=0, count=tokens)
+            self.tokens[seq] = self._prompt(tokens)
         except _StepFailed as failure:
             return self._after_failure(failure)
         self.selected = seq
@@ -170,7 +194,7 @@ class CowDemo(traitlets.HasTraits):
         last = tokens - (len(table) - 1) * size if table else 0
         tail = f" (the last holds {last} of {size} slots)" if table and last < size else ""
         self._say(
-            f"created {seq} with a {tokens}-token prompt: {_list_blocks(table)}{tail}"
+            f"created {seq} with a {tokens}-token prompt{self._quoted(self.tokens[seq])}: {_list_blocks(table)}{tail}"
             if table
             else f"created {seq} with an empty prompt"
         )
@@ -189,6 +213,7 @@ class CowDemo(traitlets.HasTraits):
             return self._after_failure(failure)
         self.sequences = [*self.sequences, child]
         self.selected = child
+        self.tokens[child] = list(self.tokens.get(parent, []))
         table = list(self.cache.tables[child])
         refs = self.cache.allocator.refs
         counts = ", ".join(f"{b}\u2192{refs[b]}" for b in dict.fromkeys(table))
@@ -221,26 +246,30 @@ class CowDemo(traitlets.HasTraits):
         except _StepFailed as failure:
             self._after_failure(failure)
             return
+        token = self._next_word()
+        self.tokens.setdefault(seq, []).append(token)
+        said = f"token {position}{self._quoted([token], brackets=True)}"
         copies = [c for c in find_copies(before, after) if c.seq == seq]
         if copies:
             lines = [
-                self._describe_copy(c, refs_before[c.source], slot if c.logical == logical else size) for c in copies
+                self._describe_copy(c, refs_before[c.source], slot if c.logical == logical else size, said)
+                for c in copies
             ]
             self._say("; ".join(lines))
         elif logical < len(before[seq]):
             block = before[seq][logical]
             if refs_before[block] > 1:
                 self._say(
-                    f"{seq} wrote token {position} into block {block} "
+                    f"{seq} wrote {said} into block {block} "
                     f"while {refs_before[block]} tables shared it: "
                     "the others now see this token too. Copy-on-write is missing in reserve"
                 )
             else:
-                self._say(f"{seq} wrote token {position} into its own block {block}, slot {slot}: no copy needed")
+                self._say(f"{seq} wrote {said} into its own block {block}, slot {slot}: no copy needed")
         elif logical < len(after[seq]):
-            self._say(f"{seq}'s last block was full: block {after[seq][logical]} allocated for token {position}")
+            self._say(f"{seq}'s last block was full: block {after[seq][logical]} allocated for {said}")
         else:
-            self._say(f"{seq} wrote token {position}, but reserve gave its table no block for it")
+            self._say(f"{seq} wrote {said}, but reserve gave its table no block for it")
 
     @_step
     def free(self, seq: str | None = None) -> None:
@@ -256,6 +285,7 @@ class CowDemo(traitlets.HasTraits):
             return
         self.sequences = [s for s in self.sequences if s != seq]
         self.selected = self.sequences[-1] if self.sequences else ""
+        self.tokens.pop(seq, None)
         refs = self.cache.allocator.refs
         returned = [b for b in released if refs[b] == 0]
         kept = [b for b in released if refs[b] > 0]
@@ -304,6 +334,29 @@ class CowDemo(traitlets.HasTraits):
         except Exception as error:  # the class's bug, shown as a line instead of a traceback
             raise _StepFailed(f"{what} raised {type(error).__name__}: {error}") from None
 
+    def _prompt(self, count: int) -> list[int]:
+        """The next ``count`` words of the course's fork prompt (each new prompt starts further on)."""
+        if not self._prompt_ids:
+            return [0] * count
+        text = self._prompt_ids
+        start = (self._prompts_made * count) % len(text)
+        self._prompts_made += 1
+        return [text[(start + index) % len(text)] for index in range(count)]
+
+    def _next_word(self) -> int:
+        """A word to write: drawn (seeded) from the words of the course's fork prompt."""
+        if not self._word_choices:
+            return 0
+        index = int(torch.randint(len(self._word_choices), (1,), generator=self._generator))
+        return self._word_choices[index]
+
+    def _quoted(self, ids: list[int], brackets: bool = False) -> str:
+        """' "tell me a short story"' (or ' ("sea")') when the demo shows words; "" otherwise."""
+        if self.tokenizer is None or not ids:
+            return ""
+        text = f'"{self.tokenizer.decode(ids)}"'
+        return f" ({text})" if brackets else f" {text}"
+
     def _after_failure(self, failure: _StepFailed) -> None:
         self.sequences = [s for s in self.sequences if s in self.cache.tables]
         if self.selected not in self.sequences:
@@ -323,11 +376,11 @@ class CowDemo(traitlets.HasTraits):
             values = torch.randn(1, heads, count, dim, generator=self._generator)
             self._call("update", self.cache.update, layer, keys, values, positions)
 
-    def _describe_copy(self, copy: Any, sharers: int, slots_to_check: int) -> str:
+    def _describe_copy(self, copy: Any, sharers: int, slots_to_check: int, said: str) -> str:
         """One line for one copy, plus what went wrong with it, if anything did."""
         line = (
             f"block {copy.source} was shared by {sharers} tables: copied to block {copy.target} "
-            f"before writing {copy.seq}'s token"
+            f"before writing {copy.seq}'s {said}"
         )
         lost = [
             name

@@ -16,7 +16,7 @@ only the blocks in use and one tile counting the free ones, so a pool of any siz
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 
 from . import palette
@@ -82,10 +82,36 @@ def _fill_bar(filled: int, block_size: int, presentation: bool = False) -> str:
     )
 
 
+EMPTY_SLOT = "\u00b7"  # a slot no sequence's tokens reach
+
+
+def _slot_words(words: Sequence[tuple[str, ...]], presentation: bool = False) -> str:
+    """The token in each slot of a block, in slot order (a dot for an empty slot, every word of a clash)."""
+    spans = []
+    for slot, labels in enumerate(words):
+        clash = len(labels) > 1
+        colour = palette.WARNING if clash else (palette.TEXT if labels else palette.MUTED_TEXT)
+        weight = "font-weight:700;" if clash else ""
+        text = " / ".join(escape(label) for label in labels) if labels else EMPTY_SLOT
+        spans.append(
+            f'<span class="ph-slot{" ph-clash" if clash else ""}" data-slot="{slot}" '
+            f'style="display:inline-block;margin-right:0.3em;color:{colour};{weight}">{text}</span>'
+        )
+    return (
+        f'<div class="ph-words" style="font-family:{palette.MONO};font-size:{small(presentation)};'
+        f'line-height:1.25;margin-top:0.15em;overflow-wrap:anywhere">{"".join(spans)}</div>'
+    )
+
+
 def block_tile(
-    block: BlockState, colours: SequenceColours, block_size: int, copied_from: int | None, presentation: bool = False
+    block: BlockState,
+    colours: SequenceColours,
+    block_size: int,
+    copied_from: int | None,
+    presentation: bool = False,
+    words: Sequence[tuple[str, ...]] | None = None,
 ) -> str:
-    """One physical block: number, refcount, holders, fill, and what is special about it."""
+    """One physical block: number, refcount, holders, fill, its slots' words if known, what is special."""
     classes = ["ph-block"]
     notes = []
     border = f"1px solid {palette.BORDER}"
@@ -122,6 +148,7 @@ def block_tile(
         f'<span class="ph-refs" style="font-family:{palette.MONO}">ref {block.refs}</span></div>'
         f'<div class="ph-holders" style="min-height:1.5em">{_holder_chips(block, colours)}</div>'
         f"{_fill_bar(block.filled, block_size, presentation)}"
+        f"{_slot_words(words, presentation) if words else ''}"
         f'<div class="ph-note" style="font-size:{small(presentation)};margin-top:0.15em">{note_html}</div></div>'
     )
 
@@ -173,8 +200,10 @@ def _table_entry(logical: int, block: int, shared: bool, copied: bool) -> str:
     )
 
 
-def block_tables(state: PoolState, colours: SequenceColours, copies: Sequence[Copy]) -> str:
-    """Each sequence's block table as a row of logical -> physical entries."""
+def block_tables(
+    state: PoolState, colours: SequenceColours, copies: Sequence[Copy], texts: Mapping[str, str] | None = None
+) -> str:
+    """Each sequence's block table as a row of logical -> physical entries, and its text if known."""
     copied = {(c.seq, c.logical) for c in copies}
     shared = set(state.shared)
     rows = []
@@ -191,11 +220,20 @@ def block_tables(state: PoolState, colours: SequenceColours, copies: Sequence[Co
             f'<div class="ph-table" data-seq="{escape(label)}" style="margin:0.15em 0">'
             f"{sequence_chip(label, colours)}"
             f'<span style="display:inline-block;min-width:5.5em;color:{palette.MUTED_TEXT}">'
-            f"{tokens} token{'s' if tokens != 1 else ''}</span>{entries}</div>"
+            f"{tokens} token{'s' if tokens != 1 else ''}</span>{entries}{_sequence_text(texts, label)}</div>"
         )
     if not rows:
         rows.append(f'<div style="color:{palette.MUTED_TEXT}">no sequences</div>')
     return '<div class="ph-tables">' + "".join(rows) + "</div>"
+
+
+def _sequence_text(texts: Mapping[str, str] | None, label: str) -> str:
+    if not texts or label not in texts:
+        return ""
+    return (
+        f'<div class="ph-text" style="margin:0.05em 0 0.2em 1.5em;color:{palette.MUTED_TEXT};'
+        f'font-family:{palette.MONO}">{escape(texts[label])}</div>'
+    )
 
 
 def summary_line(state: PoolState) -> str:
@@ -218,6 +256,8 @@ def pool_picture(
     compact: bool = False,
     presentation: bool = False,
     show_legend: bool = True,
+    words: Mapping[int, Sequence[tuple[str, ...]]] | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> str:
     """The pool as tiles (``columns`` a row at most), a summary, the tables and a legend.
 
@@ -229,7 +269,10 @@ def pool_picture(
     copied_from = {c.target: c.source for c in copies}
     shown = [b for b in state.blocks if not compact or not (b.free and b.refs == 0 and not b.problem)]
     tiles = "".join(
-        block_tile(block, colours, state.block_size, copied_from.get(block.index), presentation) for block in shown
+        block_tile(
+            block, colours, state.block_size, copied_from.get(block.index), presentation, (words or {}).get(block.index)
+        )
+        for block in shown
     )
     if compact:
         tiles += free_tile(state, presentation)
@@ -246,7 +289,7 @@ def pool_picture(
         f'max-width:{columns * tile_em + (columns - 1) * 0.35:.2f}em">'
         f"{tiles}</div>"
         f'<div style="margin-top:0.5em;font-weight:600">Block tables (logical \u2192 physical)</div>'
-        f"{block_tables(state, colours, copies)}{legend(presentation) if show_legend else ''}"
+        f"{block_tables(state, colours, copies, texts)}{legend(presentation) if show_legend else ''}"
     )
 
 

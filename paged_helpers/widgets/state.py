@@ -186,3 +186,47 @@ def find_copies(before: dict[str, list[int]], after: dict[str, list[int]]) -> li
             if source != target:
                 copies.append(Copy(label, logical, source, target))
     return copies
+
+
+@dataclass(frozen=True)
+class SlotWords:
+    """The token in every written slot of the pool, as words, from the tokens each sequence says it has.
+
+    The cache holds keys and values, not tokens, so the words come from the caller: ``words[b][s]``
+    holds the label of the token in slot s of block b (empty where no sequence's tokens reach),
+    read through each table. Where two sequences put different tokens in one slot, it holds both and
+    ``clashes`` says so: one physical slot holds one token's keys, so one of them was overwritten
+    (a write into a shared block without copy-on-write).
+    """
+
+    words: dict[int, list[tuple[str, ...]]]
+    clashes: tuple[str, ...] = ()
+
+
+def slot_words(state: PoolState, tokens: Any, token_text: Any = str) -> SlotWords:
+    """``tokens``: sequence label -> token ids (only sequences in ``state.tables`` are read)."""
+    size = state.block_size
+    first: dict[tuple[int, int], tuple[str, int]] = {}  # (block, slot) -> (first label there, its token)
+    words: dict[int, list[tuple[str, ...]]] = {}
+    clashes: list[str] = []
+    for label, table in state.tables.items():
+        ids = tokens.get(label)
+        if ids is None:
+            continue
+        written = min(len(ids), state.lengths.get(label, 0), len(table) * size)
+        for position in range(written):
+            block, slot = table[position // size], position % size
+            if not 0 <= block < state.num_blocks:
+                continue
+            token, word = int(ids[position]), str(token_text(int(ids[position])))
+            labels = words.setdefault(block, [()] * size)
+            earlier = first.setdefault((block, slot), (label, token))
+            if word not in labels[slot]:
+                labels[slot] = (*labels[slot], word)
+            if earlier[1] != token and len(labels[slot]) == 2:
+                clashes.append(
+                    f"block {block}, slot {slot}: {earlier[0]}'s token there is {labels[slot][0]!r}, {label}'s is "
+                    f"{word!r}; one slot holds one token's keys, so one of them was overwritten (a write into a "
+                    "shared block without copy-on-write)"
+                )
+    return SlotWords(words, tuple(clashes))
