@@ -98,7 +98,9 @@ def drive_the_demo(page, lab, lap) -> None:
     demo.locator(".ph-do-write").click()
     wait_for_message(page, "block ")  # "block 1 was shared by 3 tables: copied to ..."
     said = message.inner_text()
-    found = re.fullmatch(r"block (\d+) was shared by 3 tables: copied to block (\d+) before writing C's token", said)
+    found = re.fullmatch(
+        r'block (\d+) was shared by 3 tables: copied to block (\d+) before writing C\'s token 6 \("\w+"\)', said
+    )
     assert found, said
     source, target = int(found[1]), int(found[2])
     assert source == blocks[-1], "the half-full last block is the one copy-on-write copies"
@@ -108,6 +110,8 @@ def drive_the_demo(page, lab, lap) -> None:
     assert copy.get_attribute("data-copy-of") == str(source)
     assert copy.get_attribute("data-refs") == "1"
     assert f"copy of {source}" in copy.inner_text()
+    word = re.search(r'\("(\w+)"\)', said)[1]  # the copy's slot 2 shows the word C wrote (token 6)
+    assert copy.locator(".ph-slot[data-slot='2']").inner_text() == word
     expect_tile(tile(page, source), refs=2, shared=True)  # A and B still share it
     expect_tile(tile(page, blocks[0]), refs=3, shared=True)  # the full prompt block stays shared
     entry = page.locator(f"{DEMO} .ph-table[data-seq='C'] .ph-entry.ph-copy")
