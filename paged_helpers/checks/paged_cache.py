@@ -39,7 +39,7 @@ of the sequence they are called for.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 
@@ -101,6 +101,13 @@ RESERVE_IGNORES_PARTIAL_ROOM = Hint(
 )
 
 
+TRUNCATE_RELEASES_TOO_FEW = Hint(
+    "every block truncate drops from the table must go back to the allocator: release exactly the blocks it "
+    "deletes, no fewer, or each truncate leaks a block for the life of the server",
+    "keep = blocks_needed(length); for block in table[keep:]: allocator.release(block); then del table[keep:]",
+)
+
+
 def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
     """Which miscount made reserve raise MemoryError although the pool had room, found by probing.
 
@@ -150,19 +157,8 @@ class _Harness:
         self.tables: dict = {}
         self.written: dict = {}
         self.generator = torch.Generator().manual_seed(0)
-        self.cache = new_paged_cache(
-            PagedKVCache,
-            scenario=scenario,
-            sizes={
-                "layers": setup.layers,
-                "num_blocks": setup.num_blocks,
-                "block_size": setup.block_size,
-                "kv_heads": setup.kv_heads,
-                "head_dim": setup.head_dim,
-            },
-            device=device,
-            dtype=torch.float32,
-        )
+        sizes = astuple(setup)  # layers, num_blocks, block_size, kv_heads, head_dim
+        self.cache = new_paged_cache(PagedKVCache, sizes, scenario=scenario, device=device, dtype=torch.float32)
         self.expect_a_new_cache()
 
     @property
@@ -368,6 +364,15 @@ class _Harness:
             fail(f"{where}: the table", before[:keep], got, hint)
         if self.cache.lengths[seq] != length:
             fail(f"{where}: lengths[{seq!r}]", length, self.cache.lengths[seq], "truncate sets the sequence's length.")
+        dropped = before[keep:]
+        still_used = [block for block in dropped if self.cache.allocator.refs[block]]
+        if still_used and len(still_used) < len(dropped):  # none released at all: the accounting says "leaked"
+            fail(
+                f"{where}: the {len(dropped)} block(s) it dropped, {dropped}",
+                "every one released (count 0, back on the free list)",
+                f"block(s) {still_used} still counted as used: they leaked",
+                TRUNCATE_RELEASES_TOO_FEW,
+            )
         self.tables[seq] = got
         if seq in self.written:
             self.written[seq] = self.written[seq][:, :, :, :length]

@@ -410,13 +410,17 @@ def expect_refused(
 # ----- a paged cache's blocks: who holds each one, and what the allocator must say -------------------
 
 
-def new_paged_cache(PagedKVCache: Any, *, scenario: str, sizes: dict[str, int], **options: Any) -> Any:  # noqa: N803
+PAGED_CACHE_SIZES = ("layers", "num_blocks", "block_size", "kv_heads", "head_dim")
+
+
+def new_paged_cache(PagedKVCache: Any, sizes: tuple[int, ...], *, scenario: str, **options: Any) -> Any:  # noqa: N803
     """The learner's ``PagedKVCache(layers, num_blocks, block_size, kv_heads, head_dim, **options)``.
 
-    ``sizes`` holds those five, in that order; the call is named with them in any message.
+    ``sizes`` holds those five numbers, in that order; a message names the call with them.
     """
-    shown = ", ".join([f"{name}={value}" for name, value in sizes.items()] + [f"{k}={v}" for k, v in options.items()])
-    return call_learner(f"PagedKVCache({shown})", PagedKVCache, *sizes.values(), scenario=scenario, **options)
+    shown = [f"{name}={value}" for name, value in zip(PAGED_CACHE_SIZES, sizes, strict=True)]
+    shown += [f"{name}={value}" for name, value in options.items()]
+    return call_learner(f"PagedKVCache({', '.join(shown)})", PagedKVCache, *sizes, scenario=scenario, **options)
 
 
 def block_holders(tables: dict, num_blocks: int) -> list[list]:
