@@ -48,13 +48,15 @@ def test_a_snapshot_lists_what_changed():
     )
     before = CacheSnapshot.of(cache)
     cache.tables["a"].append(1)
+    cache.tables["b"] = []
     cache.allocator.refs[1] = 1
     cache.allocator.free.clear()
     assert before.changes(CacheSnapshot.of(cache)) == [
-        "tables: {'a': [0]} -> {'a': [0, 1]}",
-        "reference counts: [1, 0] -> [1, 1]",
+        "tables: 'a': [0] -> [0, 1], 'b': absent -> []",
+        "reference counts: block 1: 0 -> 1",
         "free list: [1] -> []",
     ]
+    assert before.changes(before) == []
 
 
 def test_expect_raise_returns_the_error_or_names_what_was_missing():

@@ -343,12 +343,23 @@ class CacheSnapshot:
         )
 
     def changes(self, after: CacheSnapshot) -> list[str]:
-        """ "part: before -> after" for each part that differs in ``after``."""
-        parts = {"tables": "tables", "lengths": "lengths", "refs": "reference counts", "free": "free list"}
+        """ "part: what changed" for each part that differs in ``after``: only the sequences and blocks
+        that changed (a pool of 24 blocks would otherwise bury the one that moved), the free list whole."""
+
+        def entries(label: str, before: dict, now: dict, name: Callable[[Any], str]) -> list[str]:
+            missing = "absent"
+            moved = [
+                f"{name(key)}: {before.get(key, missing)} -> {now.get(key, missing)}"
+                for key in sorted(set(before) | set(now), key=str)
+                if before.get(key, missing) != now.get(key, missing)
+            ]
+            return [f"{label}: " + ", ".join(moved)] if moved else []
+
         return [
-            f"{label}: {getattr(self, name)} -> {getattr(after, name)}"
-            for name, label in parts.items()
-            if getattr(self, name) != getattr(after, name)
+            *entries("tables", self.tables, after.tables, repr),
+            *entries("lengths", self.lengths, after.lengths, repr),
+            *entries("reference counts", dict(enumerate(self.refs)), dict(enumerate(after.refs)), "block {}".format),
+            *([f"free list: {self.free} -> {after.free}"] if self.free != after.free else []),
         ]
 
 
