@@ -51,6 +51,20 @@ def copying_reserve(pools_of, release=True, only_shared=True, check_room=True, w
     return reserve
 
 
+def copy_after_append(self, seq, new_tokens):
+    """Appends the missing blocks first, then copies the table's last block if it is shared: when a write
+    runs from the shared partial block into a new one, the last block is the fresh one and nothing is copied."""
+    base = notebook_03_class(type(self).__mro__[1])
+    base.reserve(self, seq, new_tokens)
+    table = self.tables[seq]
+    if table and self.allocator.refs[table[-1]] > 1:
+        fresh = self.allocator.allocate()
+        for pool in both_pools(self):
+            pool[fresh].copy_(pool[table[-1]])
+        self.allocator.release(table[-1])
+        table[-1] = fresh
+
+
 def both_pools(cache):
     return cache.k_pool + cache.v_pool
 
@@ -92,6 +106,7 @@ def wrong_caches(right):
         "copies_unshared": wrong(
             right, "CopiesUnshared", reserve=copying_reserve(both_pools, only_shared=False)
         ),
+        "copy_after_append": wrong(right, "CopyAfterAppend", reserve=copy_after_append),
         "copies_whole_table": wrong(
             right, "CopiesWholeTable", reserve=copying_reserve(both_pools, whole_table=True)
         ),
@@ -120,6 +135,7 @@ COPY_ON_WRITE_BUGS = {
     "copy_then_check": ["MemoryError, but the cache changed first", "before allocating or copying"],
     "copies_unshared": ["only owner", "needs no copy"],
     "copies_whole_table": ["stay shared"],
+    "copy_after_append": ["child's first write crossing a block", "still shared", "runs on into", "before appending"],
 }
 
 

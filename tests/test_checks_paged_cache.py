@@ -270,6 +270,35 @@ def truncate_forgets_to_release(base):
     return Cache
 
 
+def truncate_releases_one_block_too_few(base):
+    """An off-by-one in the release loop: the first block past the cut leaves the table but is never released."""
+
+    class Cache(base):
+        def truncate(self, seq, length):
+            keep = self.blocks_needed(length)
+            for block in self.tables[seq][keep + 1 :]:
+                self.allocator.release(block)
+            del self.tables[seq][keep:]
+            self.lengths[seq] = length
+
+    return Cache
+
+
+def reserve_reallocates_the_table(base):
+    """Gives the table back and allocates a whole new one of the right size: the written blocks move away."""
+
+    class Cache(base):
+        def reserve(self, seq, new_tokens):
+            needed = self.blocks_needed(self.lengths[seq] + new_tokens)
+            if needed - len(self.tables[seq]) > self.allocator.num_free:
+                raise MemoryError("pool exhausted")
+            for block in self.tables[seq]:
+                self.allocator.release(block)
+            self.tables[seq] = [self.allocator.allocate() for _ in range(needed)]
+
+    return Cache
+
+
 def free_forgets_to_release(base):
     class Cache(base):
         def free(self, seq):
@@ -351,6 +380,8 @@ WRONG = {
     set_batch_rows_in_sorted_order: ["row 0 holds the table of 'a'", "order of seqs"],
     truncate_keeps_a_block_past_the_boundary: ["truncate('a', 4)", "exactly", "blocks_needed(length)"],
     truncate_forgets_to_release: ["truncate", "leaked"],
+    truncate_releases_one_block_too_few: ["truncate('a', 4)", "still counted as used", "no fewer", "table[keep:]"],
+    reserve_reallocates_the_table: ["the blocks it already held", "reserve only appends blocks"],
     free_forgets_to_release: ["free(", "leaked"],
     free_keeps_the_table: ["after free(", "remove it from tables and lengths"],
     create_overwrites_an_existing_sequence: ["create('a') twice", "raise ValueError"],

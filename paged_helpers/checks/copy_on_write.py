@@ -2,18 +2,33 @@
 
 check_copy_on_write(PagedKVCache, seed=0)
     Drives ``create``, ``fork``, ``reserve`` and ``free`` of the learner's cache (2 layers, blocks
-    of 4) in the orders where sharing bugs show: a fork of a fork, children writing in turn, the
-    parent freed first, a prompt filling whole blocks, a pool too small for a copy plus a new
-    block. It writes each token's keys and values straight into the pools (standing in for the
-    forward pass); every value encodes who wrote it, where, and in which layer. After each step
-    it compares every block's reference count with the number of tables that hold it, and reads
-    every live sequence's keys and values back through its table.
+    of 4) through a ``_Scene``: the learner's cache, the check's own record of every token each
+    sequence holds, and the scenario's name, with one method per step (fork, write, a refused
+    write, free), each followed by its expectations. It writes each token's keys and values
+    straight into the pools (standing in for the forward pass); every value encodes who wrote it,
+    where, and in which layer. ``SCENARIOS`` is the table of small scenario functions the check
+    runs, seeded, in the orders where sharing bugs show: a fork written by both sides, a fork of a
+    fork with children writing in turn, the parent freed first, a prompt filling whole blocks, a
+    child whose first write runs from the shared partial block into a new one, a pool too small
+    for a copy plus a new block.
 
 check_fork_logits(PagedKVCache, seed=0)
     The milestone: the tiny Qwen3 prefills a prompt on the learner's cache, the sequence is
     forked (and the child forked again), and the sequences continue with different tokens, in
-    one batch and one after the other. Every step's logits must equal a from-scratch run of
-    that sequence's tokens. Runs on ``paged_helpers.DEVICE`` and prints which device it used.
+    one batch and one after the other (``FORK_STORY``). Every step's logits must equal a
+    from-scratch run of that sequence's tokens (``scratch.expect_from_scratch``: one tolerance
+    policy, by device and dtype). Runs on ``paged_helpers.DEVICE`` and prints which device it used.
+
+Invariants, after every step. Who owns a reference: each entry of a block table owns one
+reference to its block, and nothing else does. ``fork`` gives the child a new list naming the
+parent's blocks and takes one more reference on each (it allocates nothing). Before a sequence
+writes into a block another table also names, ``reserve`` gives it a fresh copy (keys and values,
+every layer) and releases its reference on the shared block once; a block only one table names is
+written in place. ``free`` releases each entry of the table once. So each block's count is the
+number of table entries naming it, and the free list is exactly the blocks no table names, each
+once (``report.expect_pool_matches``, reading the pool through ``pool_invariant.PoolReading``). A
+``reserve`` that cannot get every copy and new block raises MemoryError and changes nothing
+(``report.expect_refused``). Every live sequence reads back exactly the keys and values it wrote.
 """
 
 from __future__ import annotations
@@ -25,10 +40,20 @@ import torch
 
 from ..device import DEVICE
 from ..model import tiny_qwen3
-from ..pool_invariant import PoolReading
 from ..workloads import fork_prompt
-from .report import CacheSnapshot, Hint, call_learner, ceil_div, check, expect_raise, fail
-from .scratch import logit_gap, logits_match
+from .report import (
+    Hint,
+    block_holders,
+    call_learner,
+    ceil_div,
+    check,
+    expect_all_free,
+    expect_pool_matches,
+    expect_refused,
+    fail,
+    new_paged_cache,
+)
+from .scratch import expect_from_scratch, forward_through_cache
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -46,6 +71,13 @@ COPY_HINT = Hint(
 BOTH_POOLS_HINT = Hint(
     "the copy must hold everything the shared block holds: keys and values, in every layer",
     "for each layer: k_pool[layer][fresh].copy_(k_pool[layer][shared]) and the same for v_pool",
+)
+CROSSING_HINT = Hint(
+    "a write that starts in a shared partial block and runs on into new blocks still writes into the shared "
+    "one: look for shared blocks among every block the write touches, in the table as it was before any new "
+    "block was appended (the table's last block is then a fresh one, never shared)",
+    "in reserve, before appending: for i in range(lengths[seq] // block_size, len(table)), copy table[i] if "
+    "its refcount is above 1; then append the missing blocks",
 )
 ALL_OR_NOTHING_HINT = Hint(
     "a reserve that cannot be completed must change nothing, so it has to know what it needs before it "
@@ -79,17 +111,7 @@ class _Scene:
     def __init__(self, PagedKVCache: Any, num_blocks: int, scenario: str) -> None:
         self.scenario = scenario
         self.num_blocks = num_blocks
-        self.cache = call_learner(
-            f"PagedKVCache(layers={LAYERS}, num_blocks={num_blocks}, block_size={BLOCK}, "
-            f"kv_heads={KV_HEADS}, head_dim={HEAD_DIM})",
-            PagedKVCache,
-            LAYERS,
-            num_blocks,
-            BLOCK,
-            KV_HEADS,
-            HEAD_DIM,
-            scenario=scenario,
-        )
+        self.cache = new_paged_cache(PagedKVCache, (LAYERS, num_blocks, BLOCK, KV_HEADS, HEAD_DIM), scenario=scenario)
         self.history: dict[str, list[int]] = {}
         self.author: dict[int, tuple[str, int]] = {}
         self.writers: dict[str, int] = {}
@@ -101,13 +123,19 @@ class _Scene:
         return self.cache.allocator
 
     def holders(self, block: int, besides: str | None = None) -> list[str]:
-        return [seq for seq, table in self.cache.tables.items() if block in table and seq != besides]
+        """The sequences whose table names ``block`` (other than ``besides``)."""
+        return [seq for seq in block_holders(self.cache.tables, self.num_blocks)[block] if seq != besides]
 
     # -- operations ---------------------------------------------------------------------------
 
     def create(self, seq: str) -> None:
         call_learner(f"create({seq!r})", self.cache.create, seq, scenario=self.scenario)
         self.history[seq] = []
+
+    def start(self, seq: str, prompt: int) -> None:
+        """create(seq), then write its ``prompt`` tokens."""
+        self.create(seq)
+        self.write(seq, prompt)
 
     def fork(self, parent: str, child: str) -> None:
         where = f"{self.scenario}, fork({parent!r}, {child!r})"
@@ -201,12 +229,19 @@ class _Scene:
             block = table[index]
             others = self.holders(block, besides=seq)
             if others:
+                crossed = index < len(before) < written.stop  # the write ran on into appended blocks
                 fail(
                     where,
                     f"position(s) {length}..{length + count - 1} of {seq!r} in blocks only {seq!r} uses",
                     f"block {block} (table index {index}) is still shared with {others}, refcount "
                     f"{self.allocator.refs[block]}",
-                    COPY_HINT,
+                    _after(
+                        f"the write starts in shared block {block} and runs on into {written.stop - len(before)} "
+                        "new block(s)",
+                        CROSSING_HINT,
+                    )
+                    if crossed
+                    else COPY_HINT,
                 )
         used = free_before - self.allocator.num_free
         if used != len(shared) + wanted_new:
@@ -230,25 +265,17 @@ class _Scene:
     def refused_write(self, seq: str, count: int, free_blocks: int, needed: int) -> None:
         """reserve(seq, count) must raise MemoryError and leave everything as it was."""
         what = f"reserve({seq!r}, {count})"
-        where = f"{self.scenario}, {what} with {free_blocks} free block(s) for {needed} needed"
-        before = CacheSnapshot.of(self.cache)
-        expect_raise(
+        expect_refused(
             MemoryError,
             what,
             self.cache.reserve,
             seq,
             count,
-            scenario=where,
+            cache=self.cache,
+            scenario=f"{self.scenario}, {what} with {free_blocks} free block(s) for {needed} needed",
             hint="a reserve that needs more blocks (copies included) than are free must raise MemoryError",
+            changed_hint=ALL_OR_NOTHING_HINT,
         )
-        changed = before.changes(CacheSnapshot.of(self.cache))
-        if changed:
-            fail(
-                where,
-                "MemoryError, with the cache exactly as before",
-                "MemoryError, but the cache changed first: " + "; ".join(changed),
-                ALL_OR_NOTHING_HINT,
-            )
 
     def free(self, seq: str) -> None:
         call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
@@ -263,14 +290,12 @@ class _Scene:
     def finish(self) -> None:
         for seq in list(self.history):
             self.free(seq)
-        if self.allocator.num_free != self.num_blocks:
-            stuck = [b for b, refs in enumerate(self.allocator.refs) if refs]
-            fail(
-                f"{self.scenario}, after every sequence was freed",
-                f"all {self.num_blocks} blocks free",
-                f"{self.allocator.num_free} free; block(s) {stuck} still counted as used",
-                "a block copied away from must be released once, or it leaks for the life of the server",
-            )
+        expect_all_free(
+            self.allocator,
+            self.num_blocks,
+            f"{self.scenario}, after every sequence was freed",
+            "a block copied away from must be released once, or it leaks for the life of the server",
+        )
 
     def _store(self, seq: str, count: int) -> None:
         """The stand-in forward pass: write keys and values of ``count`` new tokens of ``seq``."""
@@ -290,30 +315,13 @@ class _Scene:
     # -- what must hold after every step ------------------------------------------------------
 
     def expect_refcounts(self, after: str, too_high: str, too_low: str) -> None:
-        for block in range(self.num_blocks):
-            holders = self.holders(block)
-            refs = self.allocator.refs[block]
-            if refs != len(holders):
-                hint = too_high if refs > len(holders) else too_low
-                fail(
-                    f"{self.scenario}, after {after}",
-                    f"block {block}: refcount {len(holders)} (the tables holding it: {holders or 'none'})",
-                    f"refcount {refs}",
-                    hint,
-                )
-        # The counts match the tables here, so the pool's own invariant says what the free list must be.
-        reading = PoolReading.of(self.allocator)
-        unused = [block for block in range(self.num_blocks) if not self.holders(block)]
-        if sorted(reading.free) != unused:
-            fail(
-                f"{self.scenario}, after {after}",
-                f"the free list holds exactly the unused blocks {unused}",
-                f"{sorted(reading.free)}",
-                f"block(s) {reading.lost()} have count 0 but are not on the free list: the release that brings "
-                "a count to 0 must put the block back on the free list"
-                if reading.lost()
-                else "a block returns to the free list when its last reference is released, not before",
-            )
+        """Each block's count is the number of table entries naming it; the free list is the rest."""
+        expect_pool_matches(
+            self.allocator,
+            block_holders(self.cache.tables, self.num_blocks),
+            f"{self.scenario}, after {after}",
+            lambda block, holders, count: too_high if count > len(holders) else too_low,
+        )
 
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
         copied = copied or {}
@@ -359,21 +367,24 @@ class _Scene:
         )
 
 
-def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
-    prompt = rng.choice(PARTIAL_PROMPTS)
+# -- the scenarios: each a small story on a fresh cache ----------------------------------------------
 
+
+def _forked_once(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
     scene = _Scene(PagedKVCache, 16, f"a {prompt}-token parent forked once")
-    scene.create("parent")
-    scene.write("parent", prompt)
+    scene.start("parent", prompt)
     scene.fork("parent", "child")
     scene.write("child", 1)  # copies the shared partial block
     scene.write("parent", 1)  # now the only owner: in place
     scene.write("child", BLOCK)  # crosses into a new block
     scene.finish()
 
+
+def _fork_of_a_fork(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
     scene = _Scene(PagedKVCache, 16, f"a {prompt}-token parent, a fork of a fork, children writing in turn")
-    scene.create("parent")
-    scene.write("parent", prompt)
+    scene.start("parent", prompt)
     scene.fork("parent", "a")
     scene.fork("a", "b")
     scene.fork("parent", "c")
@@ -384,9 +395,11 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.write("parent", 1)
     scene.finish()
 
+
+def _parent_freed_first(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
     scene = _Scene(PagedKVCache, 16, f"a {prompt}-token parent freed before its two children")
-    scene.create("parent")
-    scene.write("parent", prompt)
+    scene.start("parent", prompt)
     scene.fork("parent", "x")
     scene.fork("parent", "y")
     scene.free("parent")
@@ -394,21 +407,33 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.write("y", 1)
     scene.finish()
 
+
+def _whole_blocks_forked(PagedKVCache: Any, rng: random.Random) -> None:
     full = BLOCK * rng.choice((2, 3))
     scene = _Scene(PagedKVCache, 16, f"a {full}-token parent (whole blocks) forked once")
-    scene.create("parent")
-    scene.write("parent", full)
+    scene.start("parent", full)
     scene.fork("parent", "child")
     scene.write("child", 1)  # nothing to copy: a fresh block
     scene.write("parent", 1)
     scene.finish()
 
-    prompt_blocks = ceil_div(prompt, BLOCK)
+
+def _first_write_runs_into_a_new_block(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
+    scene = _Scene(PagedKVCache, 16, f"a {prompt}-token parent forked, the child's first write crossing a block")
+    scene.start("parent", prompt)
+    scene.fork("parent", "child")
+    scene.write("child", BLOCK - prompt % BLOCK + 1)  # fills a copy of the shared block, then one token more
+    scene.write("parent", 1)  # now the only owner: in place
+    scene.finish()
+
+
+def _no_room_for_copy_and_block(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
     scene = _Scene(
-        PagedKVCache, prompt_blocks + 1, f"a {prompt}-token parent forked in a pool with 1 spare block"
+        PagedKVCache, ceil_div(prompt, BLOCK) + 1, f"a {prompt}-token parent forked in a pool with 1 spare block"
     )
-    scene.create("parent")
-    scene.write("parent", prompt)
+    scene.start("parent", prompt)
     scene.fork("parent", "child")
     to_fill = BLOCK - prompt % BLOCK
     scene.refused_write("child", to_fill + 1, free_blocks=1, needed=2)
@@ -416,10 +441,23 @@ def _scenarios(PagedKVCache: Any, rng: random.Random) -> None:
     scene.finish()
 
 
+# The scenarios check_copy_on_write runs, in order (a bug fails in the first one that shows it).
+SCENARIOS = (
+    _forked_once,
+    _fork_of_a_fork,
+    _parent_freed_first,
+    _whole_blocks_forked,
+    _first_write_runs_into_a_new_block,
+    _no_room_for_copy_and_block,
+)
+
+
 @check(notebook="04_fork_and_copy_on_write", builds="PagedKVCache")
 def check_copy_on_write(PagedKVCache: Any, seed: int = 0) -> None:
     """Fork, copy-on-write and freeing, with exact reference counts and every key and value read back."""
-    _scenarios(PagedKVCache, random.Random(seed))
+    rng = random.Random(seed)
+    for scenario in SCENARIOS:
+        scenario(PagedKVCache, rng)
 
 
 # -- the milestone ---------------------------------------------------------------------------------
@@ -468,71 +506,120 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hi
 
 
 class _ForkRun:
-    """The learner's cache under the tiny Qwen3: sequences, their tokens, and one step at a time."""
+    """The learner's cache under the tiny Qwen3: each sequence's tokens, the fork under test, one step at a time.
+
+    ``forked`` is (parent, child, tokens at the fork) of the latest fork: a wrong logit is diagnosed
+    from the state of those two tables.
+    """
 
     def __init__(self, PagedKVCache: Any, seed: int, device: torch.device) -> None:
         self.model = tiny_qwen3(seed, device=device)
-        config = self.model.config
-        self.num_blocks = 24
-        self.cache = call_learner(
-            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={self.num_blocks}, "
-            f"block_size={FORK_BLOCK}, kv_heads={config.num_key_value_heads}, head_dim={config.head_dim}, "
-            f"device={str(device)!r})",
-            PagedKVCache,
-            config.num_hidden_layers,
-            self.num_blocks,
-            FORK_BLOCK,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=device,
-        )
-        self.device = device
+        self.seed, self.num_blocks, config = seed, 24, self.model.config
+        sizes = (config.num_hidden_layers, self.num_blocks, FORK_BLOCK, config.num_key_value_heads, config.head_dim)
+        self.cache = new_paged_cache(PagedKVCache, sizes, scenario="", device=device)
         self.tokens: dict[str, list[int]] = {}
+        self.last: dict[str, torch.Tensor] = {}  # each sequence's logits at its last position
+        self.forked = ("parent", "child", 0)
+        self.prompt_length = 0
 
-    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> dict[str, torch.Tensor]:
-        """One forward pass of ``new_tokens`` (same count per sequence) -> each sequence's last logits."""
+    @property
+    def vocab(self) -> int:
+        return self.model.config.vocab_size
+
+    def create(self, seq: str, scenario: str) -> None:
+        call_learner(f"create({seq!r})", self.cache.create, seq, scenario=scenario)
+        self.tokens[seq] = []
+
+    def fork(self, parent: str, child: str, scenario: str) -> None:
+        call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=scenario)
+        self.tokens[child] = list(self.tokens[parent])
+        self.forked = (parent, child, len(self.tokens[child]))
+
+    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> None:
+        """One forward pass of ``new_tokens`` (same count per sequence); each sequence's last logits must
+        equal a from-scratch run of its tokens."""
         seqs = list(new_tokens)
         for seq in seqs:
-            call_learner(
-                f"reserve({seq!r}, {len(new_tokens[seq])})",
-                self.cache.reserve,
-                seq,
-                len(new_tokens[seq]),
-                scenario=scenario,
-            )
+            count = len(new_tokens[seq])
+            call_learner(f"reserve({seq!r}, {count})", self.cache.reserve, seq, count, scenario=scenario)
         call_learner(f"set_batch({seqs})", self.cache.set_batch, seqs, scenario=scenario)
-        steps = len(new_tokens[seqs[0]])
         starts = [len(self.tokens[seq]) for seq in seqs]
-        positions = torch.tensor(
-            [[start + t for t in range(steps)] for start in starts], device=self.device
-        )  # [B, T]
-        tokens = torch.tensor([new_tokens[seq] for seq in seqs], device=self.device)  # [B, T]
-        with torch.no_grad():
-            logits = call_learner(
-                "the model's forward pass through your cache",
-                self.model,
-                tokens,
-                positions,
-                cache=self.cache,
-                scenario=scenario,
-            )  # [B, T, vocab]
-        for seq in seqs:
+        logits = forward_through_cache(self.model, self.cache, new_tokens, starts, scenario=scenario)  # [B, T, V]
+        for row, seq in enumerate(seqs):
             self.tokens[seq] += new_tokens[seq]
-        return {seq: logits[row, -1] for row, seq in enumerate(seqs)}
+            self.last[seq] = logits[row, -1]
+            expect_from_scratch(
+                self.model,
+                self.tokens[seq],
+                logits[row, -1:],
+                scenario=f"{scenario}: the logits of {seq!r}",
+                hint=lambda: _diagnose(self.cache, *self.forked),
+            )
 
-    def expect_scratch(
-        self, logits: dict[str, torch.Tensor], scenario: str, parent: str, child: str, fork_length: int
-    ) -> None:
-        for seq, row in logits.items():
-            expected = self.model.logits_from_scratch([self.tokens[seq]])[0][-1]
-            gap = logit_gap(row, expected)
-            if not logits_match(gap, self.device, row.dtype):
-                fail(
-                    scenario,
-                    f"{seq}'s logits equal to running its {len(self.tokens[seq])} tokens from scratch",
-                    f"max |difference| {gap:.3g}",
-                    _diagnose(self.cache, parent, child, fork_length),
-                )
+    def finish(self) -> None:
+        for seq in list(self.tokens):
+            call_learner(f"free({seq!r})", self.cache.free, seq, scenario="freeing every sequence")
+        expect_all_free(
+            self.cache.allocator,
+            self.num_blocks,
+            f"after freeing {', '.join(self.tokens)}",
+            "the logits were right but blocks leaked: after copy-on-write, release the shared block once "
+            "(the sequence no longer points at it)",
+        )
+
+
+def _prefill(run: _ForkRun, rng: random.Random) -> None:
+    run.prompt_length = rng.choice((9, 10, 11, 13, 14))
+    scenario = f"prefill of a {run.prompt_length}-token prompt, blocks of {FORK_BLOCK}"
+    run.create("parent", scenario)
+    run.step({"parent": fork_prompt(run.prompt_length, run.vocab, run.seed)}, scenario)
+
+
+def _fork(run: _ForkRun, rng: random.Random) -> None:
+    run.fork("parent", "child", "the fork")
+
+
+def _diverging_continuations(run: _ForkRun, rng: random.Random) -> None:
+    # Two different continuations: the parent's most likely token and the child's second choice.
+    best = run.last["parent"].topk(2).indices.tolist()
+    steps = [
+        ("one batch [parent, child]", [{"parent": [best[0]], "child": [best[1]]}]),
+        (
+            "the child alone, then the parent alone",
+            [{"child": [rng.randrange(run.vocab)]}, {"parent": [rng.randrange(run.vocab)]}],
+        ),
+        (
+            "the parent alone, then the child alone",
+            [{"parent": [rng.randrange(run.vocab)]}, {"child": [rng.randrange(run.vocab)]}],
+        ),
+        (
+            "one batch [child, parent], 3 tokens each",
+            [
+                {
+                    "child": [rng.randrange(run.vocab) for _ in range(3)],
+                    "parent": [rng.randrange(run.vocab) for _ in range(3)],
+                }
+            ],
+        ),
+    ]
+    for label, batches in steps:
+        for batch in batches:
+            run.step(batch, f"after forking a {run.prompt_length}-token prompt, {label}")
+
+
+def _fork_of_the_fork(run: _ForkRun, rng: random.Random) -> None:
+    fork_length = len(run.tokens["child"])
+    scenario = f"a fork of the fork (child -> grandchild at {fork_length} tokens), then one batch of all three"
+    run.fork("child", "grandchild", scenario)
+    run.step({seq: [rng.randrange(run.vocab)] for seq in ("grandchild", "child", "parent")}, scenario)
+
+
+def _free_every_sequence(run: _ForkRun, rng: random.Random) -> None:
+    run.finish()
+
+
+# The milestone's story, in order: each step starts where the one before left off.
+FORK_STORY = (_prefill, _fork, _diverging_continuations, _fork_of_the_fork, _free_every_sequence)
 
 
 @check(notebook="04_fork_and_copy_on_write", builds="PagedKVCache")
@@ -542,61 +629,5 @@ def check_fork_logits(PagedKVCache: Any, seed: int = 0) -> None:
     print(f"check_fork_logits: running on {_device_name(device)}")
     rng = random.Random(seed)
     run = _ForkRun(PagedKVCache, seed, device)
-    vocab = run.model.config.vocab_size
-    prompt_length = rng.choice((9, 10, 11, 13, 14))
-    prompt = fork_prompt(prompt_length, vocab, seed)
-
-    scenario = f"prefill of a {prompt_length}-token prompt, blocks of {FORK_BLOCK}"
-    call_learner("create('parent')", run.cache.create, "parent", scenario=scenario)
-    run.tokens["parent"] = []
-    logits = run.step({"parent": prompt}, scenario)
-    run.expect_scratch(logits, scenario, "parent", "child", prompt_length)
-
-    call_learner("fork('parent', 'child')", run.cache.fork, "parent", "child", scenario="the fork")
-    run.tokens["child"] = list(prompt)
-    # Two different continuations: the parent's most likely token and the child's second choice.
-    best = logits["parent"].topk(2).indices.tolist()
-    steps = [
-        ("one batch [parent, child]", [{"parent": [best[0]], "child": [best[1]]}]),
-        (
-            "the child alone, then the parent alone",
-            [{"child": [rng.randrange(vocab)]}, {"parent": [rng.randrange(vocab)]}],
-        ),
-        (
-            "the parent alone, then the child alone",
-            [{"parent": [rng.randrange(vocab)]}, {"child": [rng.randrange(vocab)]}],
-        ),
-        (
-            "one batch [child, parent], 3 tokens each",
-            [
-                {
-                    "child": [rng.randrange(vocab) for _ in range(3)],
-                    "parent": [rng.randrange(vocab) for _ in range(3)],
-                }
-            ],
-        ),
-    ]
-    for label, batches in steps:
-        for batch in batches:
-            scenario = f"after forking a {prompt_length}-token prompt, {label}"
-            run.expect_scratch(run.step(batch, scenario), scenario, "parent", "child", prompt_length)
-
-    fork_length = len(run.tokens["child"])
-    scenario = (
-        f"a fork of the fork (child -> grandchild at {fork_length} tokens), then one batch of all three"
-    )
-    call_learner("fork('child', 'grandchild')", run.cache.fork, "child", "grandchild", scenario=scenario)
-    run.tokens["grandchild"] = list(run.tokens["child"])
-    batch = {seq: [rng.randrange(vocab)] for seq in ("grandchild", "child", "parent")}
-    run.expect_scratch(run.step(batch, scenario), scenario, "child", "grandchild", fork_length)
-
-    for seq in ("parent", "child", "grandchild"):
-        call_learner(f"free({seq!r})", run.cache.free, seq, scenario="freeing every sequence")
-    if run.cache.allocator.num_free != run.num_blocks:
-        fail(
-            "after freeing parent, child and grandchild",
-            f"all {run.num_blocks} blocks free",
-            f"{run.cache.allocator.num_free} free",
-            "the logits were right but blocks leaked: after copy-on-write, release the shared block once "
-            "(the sequence no longer points at it)",
-        )
+    for step in FORK_STORY:
+        step(run, rng)

@@ -4,51 +4,64 @@ The learner writes ``PagedKVCache(layers, num_blocks, block_size, kv_heads, head
 dtype)`` with ``create``, ``blocks_needed``, ``reserve``, ``set_batch``, ``update``, ``free``
 and ``truncate``, on top of their own ``BlockAllocator`` (``cache.allocator``).
 
-The check drives it the way an engine does and keeps its own account of every block:
+What it covers. A ``_Harness`` holds the learner's cache, the check's own account of every
+block table, what the check wrote into the pools, and the scenario's name; it has one method per
+step an engine takes (each followed by its expectations). The check tells two stories with it,
+one small scenario function per named step (``CACHE_STORY``, then ``MODEL_STORY``), seeded:
 
-1. the pool's shapes and an empty cache;
+1. the pool's shapes and an empty cache (the harness's constructor);
 2. ``blocks_needed`` on partial blocks and on exact block boundaries;
-3. a scrambled free list (one-block sequences freed in a seeded random order), so that
+3. ``create`` of an existing sequence refused (ValueError);
+4. a scrambled free list (one-block sequences freed in a seeded random order), so that
    tables are non-contiguous and out of order, and ``free`` returns every block;
-4. ``reserve`` block counts, relative to what a table already holds;
-5. ``set_batch``'s ``table_tensor`` (row order, padding with real block ids);
-6. ``update`` called directly: where each key and value lands in the pool
+5. ``reserve`` block counts, relative to what a table already holds;
+6. ``set_batch``'s ``table_tensor`` (row order, padding with real block ids);
+7. ``update`` called directly: where each key and value lands in the pool
    (``table[p // block_size]``, offset ``p % block_size``), what it returns, and the
    committed ``lengths``, for single sequences and a batch at different lengths;
-7. exhaustion in the middle of a multi-block reserve: MemoryError with nothing changed;
-8. ``truncate`` back across a block boundary;
-9. the course's tiny Qwen3 on the cache: chunked prefills, decode steps of a batch of
-   sequences at different lengths, a truncation, each step's logits compared with a
-   from-scratch run; then everything is freed and every block must be free again.
+8. exhaustion in the middle of a multi-block reserve: MemoryError with nothing changed
+   (``report.expect_refused``), then a reserve that needs exactly the free blocks fits;
+9. ``truncate`` back to a block boundary, then writing again;
+10. the course's tiny Qwen3 on the cache: chunked prefills, decode steps of a batch of
+    sequences at different lengths, a truncation across a block boundary, each step's logits
+    compared with a from-scratch run (``scratch.expect_from_scratch``: one tolerance policy);
+    then everything is freed and every block must be free again.
 
-After every step the accounting is exact: each block in a table has count 1 (nothing is
-shared before notebook 04), every other block is on the free list exactly once.
+Invariants, after every step. Who owns a reference: each entry of a block table owns one
+reference to its block, and nothing else does (nothing is shared before notebook 04), so a block
+in a table has count 1 and appears in no other table; a block in no table has count 0 and is on
+the free list exactly once (``report.expect_pool_matches``, which reads the pool through
+``pool_invariant.PoolReading``). The learner's tables must equal the check's own account: only
+``reserve`` (appending), ``truncate`` (cutting) and ``free`` change a table, and only the table
+of the sequence they are called for.
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 
-from ..pool_invariant import PoolReading
 from .report import (
-    CacheSnapshot,
     CheckFailed,
     Hint,
     NotImplementedYet,
+    block_holders,
     call_learner,
     ceil_div,
     check,
+    expect_all_free,
+    expect_pool_matches,
+    expect_raise,
+    expect_refused,
     fail,
     hint_text,
+    new_paged_cache,
 )
-from .scratch import logit_gap, logit_tolerance, logits_match
+from .scratch import expect_from_scratch, forward_through_cache
 
 __all__ = ["check_paged_kv_cache"]
-
 
 
 @dataclass(frozen=True)
@@ -72,228 +85,27 @@ def _call(what: str, function, *args, scenario: str, likely: str = "", **kwargs)
         raise
 
 
-# --------------------------------------------------------------------------- accounting
+RESERVE_COUNTS_HELD_BLOCKS = Hint(
+    "reserve compares with the free pool only the blocks the table is still missing: the blocks it "
+    "already holds do not come from the pool again",
+    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table); raise only if missing > num_free",
+)
+RESERVE_REFUSES_EXACT_FIT = Hint(
+    "a reserve that needs exactly the free blocks fits: only needing more than are free is a MemoryError",
+    "raise MemoryError when missing > allocator.num_free (not >=)",
+)
+RESERVE_IGNORES_PARTIAL_ROOM = Hint(
+    "the new tokens first fill the room left in the table's partial last block; only the rest needs "
+    "fresh blocks, so count from the sequence's length, not from zero",
+    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table), not blocks_needed(new_tokens)",
+)
 
 
-def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
-    """Every block in a table has count 1; every other block is free, once; num_free agrees."""
-    tables = {seq: list(table) for seq, table in cache.tables.items()}
-    held = Counter(block for table in tables.values() for block in table)
-    reading = PoolReading.of(cache.allocator)
-    refs, free = list(reading.refs), list(reading.free)
-    twice = sorted(block for block, count in held.items() if count > 1)
-    if twice:
-        owners = {block: [seq for seq, table in tables.items() if block in table] for block in twice}
-        fail(
-            f"{scenario}: block ownership",
-            "each block in at most one table (nothing is shared yet)",
-            f"tables {tables}",
-            f"block(s) {owners} appear more than once: a block was handed out twice. "
-            "Blocks must come from allocator.allocate(), which takes them off the free list.",
-        )
-    for block in range(num_blocks):
-        if refs[block] != held[block]:
-            where = [seq for seq, table in tables.items() if block in table]
-            if held[block] == 0:
-                hint = (
-                    f"block {block} is in no table but still has count {refs[block]}: it leaked. Every block "
-                    "a table lets go of (free, truncate, a failed reserve) must be released to the allocator."
-                )
-            else:
-                hint = (
-                    f"block {block} is in the table of {where} and should have count 1. Take blocks "
-                    "only with allocator.allocate() and give them back only with allocator.release()."
-                )
-            fail(f"{scenario}: the reference count of block {block}", held[block], refs[block], hint)
-    should_be_free = sorted(block for block in range(num_blocks) if held[block] == 0)
-    if sorted(free) != should_be_free:
-        fail(
-            f"{scenario}: the allocator's free list",
-            should_be_free,
-            sorted(free),
-            "the free list must hold exactly the blocks that no table uses, each once.",
-        )
-    if not reading.num_free_agrees():
-        fail(
-            f"{scenario}: allocator.num_free",
-            len(should_be_free),
-            reading.num_free,
-            "num_free counts the blocks no table uses.",
-        )
-
-
-def _verify_table_length(cache, seq, expected: int, scenario: str, hint: str) -> None:
-    got = len(cache.tables[seq]) if seq in cache.tables else "no table"
-    if got != expected:
-        fail(f"{scenario}: blocks in the table of {seq!r}", expected, got, hint)
-
-
-# --------------------------------------------------------------------------- construction
-
-
-def _new_cache(cache_class: type, setup: _Setup, device: torch.device, scenario: str):
-    call = (
-        f"PagedKVCache(layers={setup.layers}, num_blocks={setup.num_blocks}, block_size={setup.block_size}, "
-        f"kv_heads={setup.kv_heads}, head_dim={setup.head_dim})"
-    )
-    cache = _call(
-        call,
-        cache_class,
-        setup.layers,
-        setup.num_blocks,
-        setup.block_size,
-        setup.kv_heads,
-        setup.head_dim,
-        device=device,
-        dtype=torch.float32,
-        scenario=scenario,
-    )
-    for name in ("k_pool", "v_pool", "block_size", "allocator", "tables", "lengths"):
-        if not hasattr(cache, name):
-            fail(
-                f"{scenario}: the attribute `{name}`",
-                "present",
-                "missing",
-                "keep the chapter's attribute names: the model, widgets and later notebooks use them.",
-            )
-    shape = (setup.num_blocks, setup.kv_heads, setup.block_size, setup.head_dim)
-    for name in ("k_pool", "v_pool"):
-        pools = getattr(cache, name)
-        if len(pools) != setup.layers:
-            fail(f"{scenario}: len({name})", setup.layers, len(pools), "one pool tensor per layer.")
-        if tuple(pools[0].shape) != shape:
-            fail(
-                f"{scenario}: {name}[0].shape",
-                shape,
-                tuple(pools[0].shape),
-                "each layer's pool is [num_blocks, kv_heads, block_size, head_dim].",
-            )
-    if cache.tables or cache.lengths:
-        fail(
-            f"{scenario}: a new cache",
-            "no sequences",
-            f"tables {cache.tables}, lengths {cache.lengths}",
-            "tables and lengths start empty.",
-        )
-    _verify_accounting(cache, setup.num_blocks, f"{scenario}: a new cache")
-    return cache
-
-
-def _check_blocks_needed(cache, block_size: int) -> None:
-    # Partial blocks first, then exact boundaries, then zero: each slip fails where its hint fits best.
-    counts = [1, block_size + 1, 2 * block_size + 1, 3 * block_size - 1, block_size, 2 * block_size, 0]
-    for tokens in counts:
-        scenario = f"blocks_needed({tokens}) with block_size {block_size}"
-        got = _call(f"blocks_needed({tokens})", cache.blocks_needed, tokens, scenario=scenario)
-        expected = ceil_div(tokens, block_size)
-        if got == expected:
-            continue
-        round_up = "blocks_needed returns -(-tokens // block_size): tokens / block_size rounded up"
-        if tokens % block_size and got == tokens // block_size:
-            hint = Hint(
-                f"{tokens} token(s) leave a partial last block ({tokens % block_size} token(s)), which still "
-                "needs a block of its own",
-                round_up,
-            )
-        elif tokens % block_size == 0 and got == tokens // block_size + 1:
-            hint = Hint(
-                f"{tokens} = {tokens // block_size} x {block_size} lies exactly on a block boundary: the "
-                "blocks are all full and no extra one is needed",
-                round_up,
-            )
-        elif tokens == 0:
-            hint = Hint("an empty sequence needs no block at all", round_up)
-        else:
-            hint = Hint("the number of blocks is tokens / block_size, rounded up", round_up)
-        fail(scenario, expected, got, hint)
-
-
-# --------------------------------------------------------------------------- sequences
-
-
-def _create(cache, seq, num_blocks: int, scenario: str) -> None:
-    _call(f"create({seq!r})", cache.create, seq, scenario=scenario)
-    if cache.tables.get(seq) != [] or cache.lengths.get(seq) != 0:
-        fail(
-            f"{scenario}: after create({seq!r})",
-            "tables[seq] == [] and lengths[seq] == 0",
-            f"tables {cache.tables.get(seq, 'missing')}, lengths {cache.lengths.get(seq, 'missing')}",
-            "create starts an empty sequence: no blocks until reserve asks for them.",
-        )
-
-
-def _free(cache, seq, num_blocks: int, scenario: str) -> None:
-    _call(f"free({seq!r})", cache.free, seq, scenario=scenario)
-    if seq in cache.tables or seq in cache.lengths:
-        fail(
-            f"{scenario}: after free({seq!r})",
-            f"{seq!r} gone from tables and lengths",
-            f"still in {'tables' if seq in cache.tables else 'lengths'}",
-            "free must forget the sequence: remove it from tables and lengths after releasing its blocks.",
-        )
-    _verify_accounting(cache, num_blocks, f"{scenario}: after free({seq!r})")
-
-
-def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> None:
-    """reserve; the table must then hold exactly blocks_needed(length + new_tokens) blocks (never fewer)."""
-    block_size = cache.block_size
-    before = len(cache.tables[seq])
-    length = cache.lengths[seq]
-    expected = max(before, ceil_div(length + new_tokens, block_size))
-    if hasattr(cache, "blocks_to_add"):
-        to_add = _call(
-            f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=scenario
-        )
-        if to_add != expected - before:
-            fail(
-                f"{scenario}: blocks_to_add({seq!r}, {new_tokens}) "
-                f"with length {length} and {before} block(s)",
-                expected - before,
-                to_add,
-                "the table needs blocks_needed(length + new_tokens) blocks in total; the blocks it "
-                "already has count, and it never needs a negative number.",
-            )
-    free = cache.allocator.num_free
-    try:
-        _call(f"reserve({seq!r}, {new_tokens})", cache.reserve, seq, new_tokens, scenario=scenario)
-    except NotImplementedYet:
-        raise
-    except CheckFailed as error:
-        if not isinstance(error.__cause__, MemoryError):
-            raise
-        cause = hint_text(scenario, _why_a_fit_was_refused(type(cache), block_size))
-        raise CheckFailed(
-            f"{error}\n  likely cause: the table needed {expected - before} more block(s) and {free} were "
-            f"free, so it fits: {cause}"
-        ) from error.__cause__
-    got = len(cache.tables[seq])
-    if got != expected:
-        end = length + new_tokens
-        if got == before + ceil_div(new_tokens, block_size) and got != expected:
-            hint = (
-                f"reserve appended blocks_needed({new_tokens}) blocks on top of the {before} already there. "
-                f"It must make positions [{length}, {end}) exist: {expected} block(s) in total, "
-                "counting those the table already has."
-            )
-        elif end % block_size == 0 and got == expected + 1:
-            hint = (
-                f"length + new_tokens = {end} = {end // block_size} x {block_size} ends exactly on a block "
-                "boundary: the last block is full, no extra block is needed."
-            )
-        elif end % block_size and got == expected - 1:
-            hint = f"{end} tokens leave a partial last block, which needs a block too: round up."
-        else:
-            hint = (
-                f"after reserve the table must cover positions [0, {end}): blocks_needed({end}) = {expected} "
-                "block(s) (reserve never removes blocks)."
-            )
-        fail(
-            f"{scenario}: reserve({seq!r}, {new_tokens}) at length {length} with {before} block(s)",
-            f"{expected} block(s)",
-            f"{got} block(s): {cache.tables[seq]}",
-            hint,
-        )
-    _verify_accounting(cache, num_blocks, f"{scenario}: after reserve({seq!r}, {new_tokens})")
+TRUNCATE_RELEASES_TOO_FEW = Hint(
+    "every block truncate drops from the table must go back to the allocator: release exactly the blocks it "
+    "deletes, no fewer, or each truncate leaks a block for the life of the server",
+    "keep = blocks_needed(length); for block in table[keep:]: allocator.release(block); then del table[keep:]",
+)
 
 
 def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
@@ -327,104 +139,560 @@ def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
     return RESERVE_IGNORES_PARTIAL_ROOM
 
 
-RESERVE_COUNTS_HELD_BLOCKS = Hint(
-    "reserve compares with the free pool only the blocks the table is still missing: the blocks it "
-    "already holds do not come from the pool again",
-    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table); raise only if missing > num_free",
-)
-RESERVE_REFUSES_EXACT_FIT = Hint(
-    "a reserve that needs exactly the free blocks fits: only needing more than are free is a MemoryError",
-    "raise MemoryError when missing > allocator.num_free (not >=)",
-)
-RESERVE_IGNORES_PARTIAL_ROOM = Hint(
-    "the new tokens first fill the room left in the table's partial last block; only the rest needs "
-    "fresh blocks, so count from the sequence's length, not from zero",
-    "missing = blocks_needed(lengths[seq] + new_tokens) - len(table), not blocks_needed(new_tokens)",
-)
+# --------------------------------------------------------------------------- the harness
 
 
-def _scramble_free_list(cache, num_blocks: int, rng: random.Random, scenario: str) -> None:
-    """Take every block with one-block sequences, then free them in a random order."""
-    fillers = [f"filler-{index}" for index in range(num_blocks)]
-    for filler in fillers:
-        _create(cache, filler, num_blocks, scenario)
-        _reserve(cache, filler, 1, num_blocks, scenario)
-    for index in rng.sample(range(num_blocks), num_blocks):
-        _free(cache, fillers[index], num_blocks, scenario)
-    if cache.tables:
-        fail(
-            f"{scenario}: after freeing every sequence",
-            "tables == {}",
-            cache.tables,
-            "free removes the table.",
-        )
+class _Harness:
+    """The learner's cache, the check's own account of its block tables, and the scenario's name.
 
+    ``tables[seq]`` is the table the check expects ``seq`` to have (learned block by block as
+    ``reserve`` hands blocks out); ``written[seq]`` is [2 (k, v), layers, kv_heads, positions,
+    head_dim], every key and value the check wrote for ``seq`` through ``update``. ``step`` names
+    the story's current step; messages start with ``where``.
+    """
 
-# --------------------------------------------------------------------------- set_batch
+    def __init__(self, PagedKVCache: type, setup: _Setup, device: torch.device, scenario: str) -> None:  # noqa: N803
+        self.setup, self.scenario, self.step = setup, scenario, ""
+        self.num_blocks = setup.num_blocks
+        self.tables: dict = {}
+        self.written: dict = {}
+        self.generator = torch.Generator().manual_seed(0)
+        sizes = astuple(setup)  # layers, num_blocks, block_size, kv_heads, head_dim
+        self.cache = new_paged_cache(PagedKVCache, sizes, scenario=scenario, device=device, dtype=torch.float32)
+        self.expect_a_new_cache()
 
+    @property
+    def where(self) -> str:
+        return f"{self.scenario}, {self.step}" if self.step else self.scenario
 
-def _set_batch(cache, seqs: list, num_blocks: int, scenario: str) -> None:
-    _call(f"set_batch({seqs})", cache.set_batch, list(seqs), scenario=scenario)
-    where = f"{scenario}: after set_batch({seqs})"
-    if list(getattr(cache, "batch", [])) != list(seqs):
-        fail(
-            f"{where}: cache.batch",
-            list(seqs),
-            getattr(cache, "batch", "missing"),
-            "set_batch keeps the sequences in the order given: row i of the batch is seqs[i].",
-        )
-    tensor = getattr(cache, "table_tensor", None)
-    tables = [list(cache.tables[seq]) for seq in seqs]
-    width = max(len(table) for table in tables)
-    if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2 or tensor.shape[0] != len(seqs):
-        got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        fail(
-            f"{where}: table_tensor",
-            f"a tensor [{len(seqs)}, >= {width}]",
-            got,
-            "table_tensor has one row per sequence of the batch, in batch order.",
-        )
-    if tensor.dtype not in (torch.int64, torch.int32):
-        fail(
-            f"{where}: table_tensor.dtype",
-            "torch.long (integer block ids)",
-            tensor.dtype,
-            "block ids index the pool: build the tensor with dtype=torch.long.",
-        )
-    if tensor.shape[1] < width:
-        fail(
-            f"{where}: table_tensor's width",
-            f"at least {width} (the longest table)",
-            tensor.shape[1],
-            "pad every row to the longest table in the batch, not to the first one's length.",
-        )
-    rows = tensor.tolist()
-    for row, (seq, table) in enumerate(zip(seqs, tables, strict=True)):
-        if rows[row][: len(table)] != table:
-            other = [s for s, t in zip(seqs, tables, strict=True) if t and rows[row][: len(t)] == t]
-            hint = (
-                f"row {row} holds the table of {other[0]!r}: rows must follow the order of seqs as given."
-                if other
-                else "row i starts with the block table of seqs[i], unchanged."
-            )
+    # -- expectations that hold after every step ---------------------------------------------------
+
+    def expect_a_new_cache(self) -> None:
+        cache, setup, where = self.cache, self.setup, self.scenario
+        for name in ("k_pool", "v_pool", "block_size", "allocator", "tables", "lengths"):
+            if not hasattr(cache, name):
+                fail(
+                    f"{where}: the attribute `{name}`",
+                    "present",
+                    "missing",
+                    "keep the chapter's attribute names: the model, widgets and later notebooks use them.",
+                )
+        shape = (setup.num_blocks, setup.kv_heads, setup.block_size, setup.head_dim)
+        for name in ("k_pool", "v_pool"):
+            pools = getattr(cache, name)
+            if len(pools) != setup.layers:
+                fail(f"{where}: len({name})", setup.layers, len(pools), "one pool tensor per layer.")
+            if tuple(pools[0].shape) != shape:
+                fail(
+                    f"{where}: {name}[0].shape",
+                    shape,
+                    tuple(pools[0].shape),
+                    "each layer's pool is [num_blocks, kv_heads, block_size, head_dim].",
+                )
+        if cache.tables or cache.lengths:
             fail(
-                f"{where}: row {row} of table_tensor (sequence {seq!r})",
-                f"starts with {table}",
-                rows[row],
-                hint,
+                f"{where}: a new cache",
+                "no sequences",
+                f"tables {cache.tables}, lengths {cache.lengths}",
+                "tables and lengths start empty.",
             )
-        padding = rows[row][len(table) :]
-        if any(not 0 <= block < num_blocks for block in padding):
+        self.expect_accounting("a new cache")
+
+    def expect_accounting(self, after: str) -> None:
+        """The tables are the check's account; each of their blocks has count 1; the rest are free, once."""
+        where = f"{self.where}: after {after}"
+        got = {seq: list(table) for seq, table in self.cache.tables.items()}
+        for seq in sorted(set(got) | set(self.tables), key=str):
+            if got.get(seq) != self.tables.get(seq):
+                fail(
+                    f"{where}: the table of {seq!r}",
+                    self.tables.get(seq, "no table"),
+                    got.get(seq, "no table"),
+                    "only reserve (appending blocks), truncate (dropping the last ones) and free (dropping "
+                    "the table) change a table, and only the table of the sequence they are called for.",
+                )
+        holders = block_holders(self.tables, self.num_blocks)
+        twice = {block: who for block, who in enumerate(holders) if len(who) > 1}
+        if twice:
             fail(
-                f"{where}: the padding of row {row} (sequence {seq!r})",
-                f"real block ids in 0..{num_blocks - 1}",
-                padding,
-                "pad shorter rows with a real block id such as 0. Padded entries are only read at "
-                "positions the causal mask hides, but a kernel (notebook 07) must never see an id like -1.",
+                f"{where}: block ownership",
+                "each block in at most one table (nothing is shared yet)",
+                f"tables {self.tables}",
+                f"block(s) {twice} appear more than once: a block was handed out twice. "
+                "Blocks must come from allocator.allocate(), which takes them off the free list.",
             )
+        expect_pool_matches(self.cache.allocator, holders, where, _count_hint)
+
+    def expect_table_length(self, seq, expected: int, where: str, hint: str) -> None:
+        got = len(self.cache.tables[seq]) if seq in self.cache.tables else "no table"
+        if got != expected:
+            fail(f"{where}: blocks in the table of {seq!r}", expected, got, hint)
+
+    def expect_blocks_needed(self) -> None:
+        # Partial blocks first, then exact boundaries, then zero: each slip fails where its hint fits best.
+        block_size = self.cache.block_size
+        counts = [1, block_size + 1, 2 * block_size + 1, 3 * block_size - 1, block_size, 2 * block_size, 0]
+        for tokens in counts:
+            scenario = f"blocks_needed({tokens}) with block_size {block_size}"
+            got = _call(f"blocks_needed({tokens})", self.cache.blocks_needed, tokens, scenario=scenario)
+            expected = ceil_div(tokens, block_size)
+            if got != expected:
+                fail(scenario, expected, got, _blocks_needed_hint(tokens, block_size, got))
+
+    # -- the steps an engine takes -------------------------------------------------------------
+
+    def create(self, seq) -> None:
+        _call(f"create({seq!r})", self.cache.create, seq, scenario=self.where)
+        if self.cache.tables.get(seq) != [] or self.cache.lengths.get(seq) != 0:
+            fail(
+                f"{self.where}: after create({seq!r})",
+                "tables[seq] == [] and lengths[seq] == 0",
+                f"tables {self.cache.tables.get(seq, 'missing')}, lengths {self.cache.lengths.get(seq, 'missing')}",
+                "create starts an empty sequence: no blocks until reserve asks for them.",
+            )
+        self.tables[seq] = []
+
+    def refused_create(self, seq) -> None:
+        expect_raise(
+            ValueError,
+            f"create({seq!r})",
+            self.cache.create,
+            seq,
+            scenario=f"{self.where}: create({seq!r}) twice",
+            hint="creating a sequence that exists would silently drop its table (and leak its blocks): "
+            "raise ValueError.",
+        )
+
+    def free(self, seq) -> None:
+        _call(f"free({seq!r})", self.cache.free, seq, scenario=self.where)
+        if seq in self.cache.tables or seq in self.cache.lengths:
+            fail(
+                f"{self.where}: after free({seq!r})",
+                f"{seq!r} gone from tables and lengths",
+                f"still in {'tables' if seq in self.cache.tables else 'lengths'}",
+                "free must forget the sequence: remove it from tables and lengths after releasing its blocks.",
+            )
+        del self.tables[seq]
+        self.written.pop(seq, None)
+        self.expect_accounting(f"free({seq!r})")
+
+    def reserve(self, seq, new_tokens: int, why: str = "") -> None:
+        """reserve; the table then holds exactly blocks_needed(length + new_tokens) blocks (never fewer)."""
+        cache, block_size = self.cache, self.cache.block_size
+        before, length = list(self.tables[seq]), cache.lengths[seq]
+        expected = max(len(before), ceil_div(length + new_tokens, block_size))
+        where = f"{self.where}{why}: reserve({seq!r}, {new_tokens}) at length {length} with {len(before)} block(s)"
+        if hasattr(cache, "blocks_to_add"):
+            to_add = _call(
+                f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=self.where
+            )
+            if to_add != expected - len(before):
+                fail(
+                    f"{self.where}: blocks_to_add({seq!r}, {new_tokens}) with length {length} and "
+                    f"{len(before)} block(s)",
+                    expected - len(before),
+                    to_add,
+                    "the table needs blocks_needed(length + new_tokens) blocks in total; the blocks it "
+                    "already has count, and it never needs a negative number.",
+                )
+        free = cache.allocator.num_free
+        try:
+            _call(f"reserve({seq!r}, {new_tokens})", cache.reserve, seq, new_tokens, scenario=self.where + why)
+        except NotImplementedYet:
+            raise
+        except CheckFailed as error:
+            if not isinstance(error.__cause__, MemoryError):
+                raise
+            cause = hint_text(self.where + why, _why_a_fit_was_refused(type(cache), block_size))
+            raise CheckFailed(
+                f"{error}\n  likely cause: the table needed {expected - len(before)} more block(s) and {free} "
+                f"were free, so it fits: {cause}"
+            ) from error.__cause__
+        table = list(cache.tables[seq])
+        if len(table) != expected:
+            fail(
+                where,
+                f"{expected} block(s)",
+                f"{len(table)} block(s): {table}",
+                _reserve_hint(len(before), length, new_tokens, block_size, len(table)),
+            )
+        if table[: len(before)] != before:
+            fail(
+                f"{where}: the blocks it already held",
+                before,
+                table[: len(before)],
+                "reserve only appends blocks: the blocks already in the table hold written keys and values.",
+            )
+        self.tables[seq] = table
+        self.expect_accounting(f"reserve({seq!r}, {new_tokens})")
+
+    def refused_reserve(self, seq, new_tokens: int, free: int, needed: int) -> None:
+        """A reserve needing more blocks than are free: MemoryError, and the cache exactly as before."""
+        expect_refused(
+            MemoryError,
+            f"reserve({seq!r}, {new_tokens})",
+            self.cache.reserve,
+            seq,
+            new_tokens,
+            cache=self.cache,
+            scenario=f"{self.where}: reserve({seq!r}, {new_tokens}) needs {needed} more blocks but only {free} "
+            "are free",
+            hint="when the pool cannot supply every block, reserve must raise MemoryError (a scheduler catches "
+            "it to wait or preempt), before allocating anything.",
+            changed_hint=lambda before, after: _kept_hint(len(after.tables.get(seq, [])) - len(before.tables[seq])),
+        )
+        self.expect_accounting(f"reserve({seq!r}, {new_tokens}) raised MemoryError")
+
+    def truncate(self, seq, length: int) -> None:
+        before, old_length = list(self.tables[seq]), self.cache.lengths[seq]
+        _call(f"truncate({seq!r}, {length})", self.cache.truncate, seq, length, scenario=self.where)
+        block_size = self.cache.block_size
+        keep = ceil_div(length, block_size)
+        where = f"{self.where}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
+        got = list(self.cache.tables[seq])
+        if got != before[:keep]:
+            if len(got) == keep + 1:
+                exactly = " exactly" if length % block_size == 0 else ""
+                hint = (
+                    f"{length} tokens fit in {keep} block(s) of {block_size}{exactly}: keep blocks_needed(length) "
+                    "blocks, no more."
+                )
+            elif len(got) == len(before):
+                hint = "truncate must drop the blocks past blocks_needed(length) from the table (and release them)."
+            else:
+                hint = "keep the first blocks_needed(length) blocks of the table, in order."
+            fail(f"{where}: the table", before[:keep], got, hint)
+        if self.cache.lengths[seq] != length:
+            fail(f"{where}: lengths[{seq!r}]", length, self.cache.lengths[seq], "truncate sets the sequence's length.")
+        dropped = before[keep:]
+        still_used = [block for block in dropped if self.cache.allocator.refs[block]]
+        if still_used and len(still_used) < len(dropped):  # none released at all: the accounting says "leaked"
+            fail(
+                f"{where}: the {len(dropped)} block(s) it dropped, {dropped}",
+                "every one released (count 0, back on the free list)",
+                f"block(s) {still_used} still counted as used: they leaked",
+                TRUNCATE_RELEASES_TOO_FEW,
+            )
+        self.tables[seq] = got
+        if seq in self.written:
+            self.written[seq] = self.written[seq][:, :, :, :length]
+        self.expect_accounting(f"truncate({seq!r}, {length})")
+
+    def scramble(self, rng: random.Random) -> None:
+        """Take every block with one-block sequences, then free them in a random order."""
+        fillers = [f"filler-{index}" for index in range(self.num_blocks)]
+        for filler in fillers:
+            self.create(filler)
+            self.reserve(filler, 1)
+        for index in rng.sample(range(self.num_blocks), self.num_blocks):
+            self.free(fillers[index])
+
+    def set_batch(self, seqs: list) -> None:
+        cache = self.cache
+        _call(f"set_batch({seqs})", cache.set_batch, list(seqs), scenario=self.where)
+        where = f"{self.where}: after set_batch({seqs})"
+        if list(getattr(cache, "batch", [])) != list(seqs):
+            fail(
+                f"{where}: cache.batch",
+                list(seqs),
+                getattr(cache, "batch", "missing"),
+                "set_batch keeps the sequences in the order given: row i of the batch is seqs[i].",
+            )
+        tensor = getattr(cache, "table_tensor", None)
+        tables = [self.tables[seq] for seq in seqs]
+        width = max(len(table) for table in tables)
+        if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2 or tensor.shape[0] != len(seqs):
+            got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            fail(
+                f"{where}: table_tensor",
+                f"a tensor [{len(seqs)}, >= {width}]",
+                got,
+                "table_tensor has one row per sequence of the batch, in batch order.",
+            )
+        if tensor.dtype not in (torch.int64, torch.int32):
+            fail(
+                f"{where}: table_tensor.dtype",
+                "torch.long (integer block ids)",
+                tensor.dtype,
+                "block ids index the pool: build the tensor with dtype=torch.long.",
+            )
+        if tensor.shape[1] < width:
+            fail(
+                f"{where}: table_tensor's width",
+                f"at least {width} (the longest table)",
+                tensor.shape[1],
+                "pad every row to the longest table in the batch, not to the first one's length.",
+            )
+        rows = tensor.tolist()
+        for row, (seq, table) in enumerate(zip(seqs, tables, strict=True)):
+            if rows[row][: len(table)] != table:
+                other = [s for s, t in zip(seqs, tables, strict=True) if t and rows[row][: len(t)] == t]
+                hint = (
+                    f"row {row} holds the table of {other[0]!r}: rows must follow the order of seqs as given."
+                    if other
+                    else "row i starts with the block table of seqs[i], unchanged."
+                )
+                fail(f"{where}: row {row} of table_tensor (sequence {seq!r})", f"starts with {table}", rows[row], hint)
+            padding = rows[row][len(table) :]
+            if any(not 0 <= block < self.num_blocks for block in padding):
+                fail(
+                    f"{where}: the padding of row {row} (sequence {seq!r})",
+                    f"real block ids in 0..{self.num_blocks - 1}",
+                    padding,
+                    "pad shorter rows with a real block id such as 0. Padded entries are only read at "
+                    "positions the causal mask hides, but a kernel (notebook 07) must never see an id like -1.",
+                )
+
+    def update(self, batch: list, new_tokens: int) -> None:
+        """reserve, set_batch, then update for every layer with known k/v: placement, reply, lengths."""
+        setup, cache = self.setup, self.cache
+        device = cache.k_pool[0].device
+        starts = [cache.lengths[seq] for seq in batch]
+        for seq in batch:
+            self.reserve(seq, new_tokens)
+        self.set_batch(batch)
+        write = _Write(batch, starts, new_tokens, {seq: self.tables[seq] for seq in batch}, dict(self.tables))
+        shape = (len(batch), setup.kv_heads, new_tokens, setup.head_dim)
+        new_k = [torch.randn(shape, generator=self.generator).to(device) for _ in range(setup.layers)]
+        new_v = [torch.randn(shape, generator=self.generator).to(device) for _ in range(setup.layers)]
+        empty = torch.zeros(2, setup.layers, setup.kv_heads, 0, setup.head_dim, device=device)
+        for row, seq in enumerate(batch):
+            fresh = torch.stack([torch.stack([k[row] for k in new_k]), torch.stack([v[row] for v in new_v])])
+            self.written[seq] = torch.cat([self.written.get(seq, empty)[:, :, :, : starts[row]], fresh], dim=3)
+        at = ", ".join(f"{seq!r} at {_positions(s, new_tokens)}" for seq, s in zip(batch, starts, strict=True))
+        where = f"{self.where}: update(layer, k, v, positions) writing {at}"
+        positions = torch.tensor([[s + t for t in range(new_tokens)] for s in starts], device=device)  # [B, T]
+        for layer in range(setup.layers):
+            reply = _call(
+                f"update({layer}, k, v, positions)",
+                cache.update,
+                layer,
+                new_k[layer],
+                new_v[layer],
+                positions,
+                scenario=where,
+                likely="positions index the table as table_tensor[row, p // block_size] and the block as "
+                "offset p % block_size; an IndexError usually means one of these is computed differently.",
+            )
+            self.expect_placement(write, layer, "k_pool", new_k[layer], where)
+            self.expect_placement(write, layer, "v_pool", new_v[layer], where)
+            self.expect_history_returned(reply, batch, layer, where)
+        self.expect_lengths(write, where)
+        self.expect_accounting(f"update writing {at}")
+
+    def finish(self, where: str) -> None:
+        """Free every sequence: every block must be free again."""
+        for seq in list(self.tables):
+            self.free(seq)
+        expect_all_free(
+            self.cache.allocator, self.num_blocks, where, "every block must be back on the free list: nothing may leak."
+        )
+
+    # -- what update must have done --------------------------------------------------------------
+
+    def expect_placement(self, write: _Write, layer: int, which: str, new: torch.Tensor, where: str) -> None:
+        """Every new vector of ``new`` [B, kv_heads, T, head_dim] sits at its position's home in the pool."""
+        pools = getattr(self.cache, which)
+        size = self.cache.block_size
+        for row, seq in enumerate(write.batch):
+            for t in range(write.new_tokens):
+                p = write.starts[row] + t
+                block, offset = write.home(seq, p, size)
+                if torch.equal(pools[layer][block, :, offset], new[row, :, t]):
+                    continue
+                found = _locate(pools, new[row, :, t])
+                got = f"found at (layer, block, offset) {found[:3]}" if found else "not in the pool"
+                hint = _placement_hint(size, write.tables[seq], seq, layer, p, which, found, write.owners)
+                occupant = [
+                    (write.batch[r], write.starts[r] + u)
+                    for r in range(len(write.batch))
+                    for u in range(write.new_tokens)
+                    if torch.equal(pools[layer][block, :, offset], new[r, :, u])
+                ]
+                if not found and occupant:
+                    got, hint = _overwritten(write, occupant[0], which, block, offset, size)
+                fail(
+                    f"{where}: where the {which[0]} of {seq!r} at position {p} (layer {layer}) was stored, "
+                    f"table {write.tables[seq]}, block_size {size}",
+                    f"{which}[{layer}][{block}, :, {offset}]",
+                    got,
+                    hint,
+                )
+
+    def expect_lengths(self, write: _Write, where: str) -> None:
+        """After every layer has written, lengths[seq] is one past the highest position written for seq."""
+        for row, seq in enumerate(write.batch):
+            start = write.starts[row]
+            expected, got = start + write.new_tokens, self.cache.lengths[seq]
+            if got == expected:
+                continue
+            if got == start:
+                hint = (
+                    "lengths were not updated: when the last layer has written, lengths[seq] becomes the "
+                    "highest position written for seq + 1."
+                )
+            elif got == start + write.new_tokens * self.setup.layers:
+                hint = "the new tokens were counted once per layer: commit lengths only at the last layer."
+            elif got == max(s + write.new_tokens for s in write.starts):
+                hint = (
+                    "every sequence got the batch's highest position: each row has its own positions, so "
+                    "lengths[seq] = positions[row].max() + 1 for that sequence's row."
+                )
+            else:
+                hint = "lengths[seq] counts the tokens written: the highest position written + 1."
+            fail(f"{where}: lengths[{seq!r}] after every layer has written", expected, got, hint)
+
+    def expect_history_returned(self, reply, batch: list, layer: int, where: str) -> None:
+        """update's reply holds, for each row, every position written so far with the right key and value."""
+        if not isinstance(reply, tuple) or len(reply) != 3:
+            fail(
+                f"{where}: what update returned (layer {layer})",
+                "(keys, values, key_positions)",
+                type(reply).__name__,
+                "update returns the history to attend to: keys, values and their positions.",
+            )
+        keys, values, key_positions = reply
+        kv_heads, head_dim = self.setup.kv_heads, self.setup.head_dim
+        for name, tensor in (("keys", keys), ("values", values)):
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            if (
+                not isinstance(tensor, torch.Tensor)
+                or tensor.ndim != 4
+                or (tensor.shape[0], tensor.shape[1], tensor.shape[3]) != (len(batch), kv_heads, head_dim)
+                or tensor.shape != keys.shape
+            ):
+                fail(
+                    f"{where}: the {name} update returned (layer {layer})",
+                    f"a tensor [batch={len(batch)}, kv_heads={kv_heads}, span, head_dim={head_dim}]",
+                    shape,
+                    Hint(
+                        "return one row of history per sequence in the batch, with heads before positions, "
+                        "the layout attention expects",
+                        "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim]: return it .transpose(1, 2)",
+                    ),
+                )
+        span = keys.shape[2]
+        if not isinstance(key_positions, torch.Tensor) or key_positions.shape not in ((span,), (len(batch), span)):
+            fail(
+                f"{where}: the key positions update returned (layer {layer})",
+                f"a tensor [{span}] (or [{len(batch)}, {span}]): the position of each returned key",
+                tuple(key_positions.shape) if isinstance(key_positions, torch.Tensor) else repr(key_positions),
+                "return torch.arange(span): the history is positions 0..span-1 of every sequence.",
+            )
+        if key_positions.ndim == 1:
+            key_positions = key_positions.expand(len(batch), -1)
+        for row, seq in enumerate(batch):
+            history = self.written[seq]  # [2, layers, kv_heads, length, head_dim]
+            returned = {int(p): j for j, p in enumerate(key_positions[row].tolist())}
+            for p in range(history.shape[3]):
+                if p not in returned:
+                    fail(
+                        f"{where}: the history returned for {seq!r} (row {row}, layer {layer})",
+                        f"a key for every position 0..{history.shape[3] - 1}",
+                        f"no key for position {p} (span {span})",
+                        Hint(
+                            "update returns the whole history, every position up to the highest one in the "
+                            "batch, not only the tokens just written",
+                            "span = int(positions.max()) + 1; gather positions torch.arange(span)",
+                        ),
+                    )
+                j = returned[p]
+                for name, got, want in (
+                    ("key", keys[row, :, j], history[0, layer, :, p]),
+                    ("value", values[row, :, j], history[1, layer, :, p]),
+                ):
+                    if not torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0):
+                        fail(
+                            f"{where}: the {name} update returned for {seq!r} at position {p} "
+                            f"(row {row}, layer {layer})",
+                            "the one written there",
+                            "a different vector",
+                            Hint(
+                                "the write checked out, so the read side differs: each row must read its "
+                                "positions through its own sequence's block table",
+                                "gather pool[table_tensor[row, p // block_size], :, p % block_size] for each row",
+                            ),
+                        )
 
 
-# --------------------------------------------------------------------------- update, called directly
+# --------------------------------------------------------------------------- hints the harness gives
+
+
+def _count_hint(block: int, holders: list, count: int) -> str:
+    if not holders:
+        return (
+            f"block {block} is in no table but still has count {count}: it leaked. Every block a table lets "
+            "go of (free, truncate, a failed reserve) must be released to the allocator."
+        )
+    return (
+        f"block {block} is in the table of {holders} and should have count 1. Take blocks only with "
+        "allocator.allocate() and give them back only with allocator.release()."
+    )
+
+
+def _blocks_needed_hint(tokens: int, block_size: int, got) -> Hint:
+    round_up = "blocks_needed returns -(-tokens // block_size): tokens / block_size rounded up"
+    if tokens % block_size and got == tokens // block_size:
+        return Hint(
+            f"{tokens} token(s) leave a partial last block ({tokens % block_size} token(s)), which still "
+            "needs a block of its own",
+            round_up,
+        )
+    if tokens % block_size == 0 and got == tokens // block_size + 1:
+        return Hint(
+            f"{tokens} = {tokens // block_size} x {block_size} lies exactly on a block boundary: the "
+            "blocks are all full and no extra one is needed",
+            round_up,
+        )
+    if tokens == 0:
+        return Hint("an empty sequence needs no block at all", round_up)
+    return Hint("the number of blocks is tokens / block_size, rounded up", round_up)
+
+
+def _reserve_hint(before: int, length: int, new_tokens: int, block_size: int, got: int) -> str:
+    end = length + new_tokens
+    expected = max(before, ceil_div(end, block_size))
+    if got == before + ceil_div(new_tokens, block_size):
+        return (
+            f"reserve appended blocks_needed({new_tokens}) blocks on top of the {before} already there. "
+            f"It must make positions [{length}, {end}) exist: {expected} block(s) in total, "
+            "counting those the table already has."
+        )
+    if end % block_size == 0 and got == expected + 1:
+        return (
+            f"length + new_tokens = {end} = {end // block_size} x {block_size} ends exactly on a block "
+            "boundary: the last block is full, no extra block is needed."
+        )
+    if end % block_size and got == expected - 1:
+        return f"{end} tokens leave a partial last block, which needs a block too: round up."
+    return (
+        f"after reserve the table must cover positions [0, {end}): blocks_needed({end}) = {expected} "
+        "block(s) (reserve never removes blocks)."
+    )
+
+
+def _kept_hint(grew: int) -> str:
+    if grew > 0:
+        return (
+            f"reserve took {grew} block(s) before running out and kept them: half-reserved blocks nobody "
+            "accounts for. Count the blocks needed and compare with allocator.num_free BEFORE allocating any."
+        )
+    return "a failed reserve must leave tables, lengths, counts and the free list unchanged."
+
+
+@dataclass(frozen=True)
+class _Write:
+    """One update call the check makes: which sequences, from which positions, with which k/v."""
+
+    batch: list
+    starts: list[int]
+    new_tokens: int
+    tables: dict  # seq -> its block table at the time of the write
+    owners: dict  # every sequence's table, to name the owner of a wrongly written block
+
+    def home(self, seq, position: int, block_size: int) -> tuple[int, int]:
+        """Where position lives: (table[p // block_size], p % block_size)."""
+        return self.tables[seq][position // block_size], position % block_size
 
 
 def _locate(pools: list[torch.Tensor], vector: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -437,7 +705,7 @@ def _locate(pools: list[torch.Tensor], vector: torch.Tensor) -> list[tuple[int, 
 
 
 def _placement_hint(
-    cache,
+    block_size: int,
     row_table: list[int],
     seq,
     layer: int,
@@ -446,7 +714,6 @@ def _placement_hint(
     found: list[tuple[int, int, int]],
     batch_tables: dict,
 ) -> str:
-    block_size = cache.block_size
     logical, offset = divmod(position, block_size)
     right_block = row_table[logical]
     if not found:
@@ -492,51 +759,6 @@ def _placement_hint(
     )
 
 
-@dataclass(frozen=True)
-class _Write:
-    """One update call the check makes: which sequences, from which positions, with which k/v."""
-
-    batch: list
-    starts: list[int]
-    new_tokens: int
-    tables: dict  # seq -> its block table at the time of the write
-    owners: dict  # every sequence's table, to name the owner of a wrongly written block
-
-    def home(self, seq, position: int, block_size: int) -> tuple[int, int]:
-        """Where position lives: (table[p // block_size], p % block_size)."""
-        return self.tables[seq][position // block_size], position % block_size
-
-
-def _verify_placement(cache, write: _Write, layer: int, which: str, new: torch.Tensor, where: str) -> None:
-    """Every new vector of ``new`` [B, kv_heads, T, head_dim] sits at its position's home in the pool."""
-    pools = getattr(cache, which)
-    size = cache.block_size
-    for row, seq in enumerate(write.batch):
-        for t in range(write.new_tokens):
-            p = write.starts[row] + t
-            block, offset = write.home(seq, p, size)
-            if torch.equal(pools[layer][block, :, offset], new[row, :, t]):
-                continue
-            found = _locate(pools, new[row, :, t])
-            got = f"found at (layer, block, offset) {found[:3]}" if found else "not in the pool"
-            hint = _placement_hint(cache, write.tables[seq], seq, layer, p, which, found, write.owners)
-            occupant = [
-                (write.batch[r], write.starts[r] + u)
-                for r in range(len(write.batch))
-                for u in range(write.new_tokens)
-                if torch.equal(pools[layer][block, :, offset], new[r, :, u])
-            ]
-            if not found and occupant:
-                got, hint = _overwritten(write, occupant[0], which, block, offset, size)
-            fail(
-                f"{where}: where the {which[0]} of {seq!r} at position {p} (layer {layer}) was stored, "
-                f"table {write.tables[seq]}, block_size {size}",
-                f"{which}[{layer}][{block}, :, {offset}]",
-                got,
-                hint,
-            )
-
-
 def _overwritten(write: _Write, occupant: tuple, which: str, block: int, offset: int, size: int):
     """(got, hint) when another new vector of the same write took this slot."""
     other_seq, other_p = occupant
@@ -559,344 +781,208 @@ def _positions(start: int, count: int) -> str:
     return f"position {start}" if count == 1 else f"positions {start}..{start + count - 1}"
 
 
-def _verify_lengths(cache, write: _Write, layers: int, where: str) -> None:
-    """After every layer has written, lengths[seq] is one past the highest position written for seq."""
-    for row, seq in enumerate(write.batch):
-        start = write.starts[row]
-        expected, got = start + write.new_tokens, cache.lengths[seq]
-        if got == expected:
-            continue
-        if got == start:
-            hint = (
-                "lengths were not updated: when the last layer has written, lengths[seq] becomes the "
-                "highest position written for seq + 1."
-            )
-        elif got == start + write.new_tokens * layers:
-            hint = "the new tokens were counted once per layer: commit lengths only at the last layer."
-        elif got == max(s + write.new_tokens for s in write.starts):
-            hint = (
-                "every sequence got the batch's highest position: each row has its own positions, so "
-                "lengths[seq] = positions[row].max() + 1 for that sequence's row."
-            )
-        else:
-            hint = "lengths[seq] counts the tokens written: the highest position written + 1."
-        fail(f"{where}: lengths[{seq!r}] after every layer has written", expected, got, hint)
+# --------------------------------------------------------------------------- the cache story
 
 
-def _direct_update(
-    cache,
-    setup: _Setup,
-    batch: list,
-    new_tokens: int,
-    written: dict,
-    generator: torch.Generator,
-    scenario: str,
-) -> None:
-    """Call update for every layer with known k/v; check placement, returned history and lengths.
-
-    ``written[seq]`` is [2 (k, v), layers, kv_heads, positions, head_dim]: what the check wrote so far.
-    """
-    device = cache.k_pool[0].device
-    starts = [cache.lengths[seq] for seq in batch]
-    positions = torch.tensor([[s + t for t in range(new_tokens)] for s in starts], device=device)  # [B, T]
-    for seq in batch:
-        _reserve(cache, seq, new_tokens, setup.num_blocks, scenario)
-    _set_batch(cache, batch, setup.num_blocks, scenario)
-    write = _Write(
-        batch,
-        starts,
-        new_tokens,
-        tables={seq: list(cache.tables[seq]) for seq in batch},
-        owners={seq: list(table) for seq, table in cache.tables.items()},
-    )
-    shape = (len(batch), setup.kv_heads, new_tokens, setup.head_dim)
-    new_k = [torch.randn(shape, generator=generator).to(device) for _ in range(setup.layers)]
-    new_v = [torch.randn(shape, generator=generator).to(device) for _ in range(setup.layers)]
-    empty = torch.zeros(2, setup.layers, setup.kv_heads, 0, setup.head_dim, device=device)
-    for row, seq in enumerate(batch):
-        fresh = torch.stack([torch.stack([k[row] for k in new_k]), torch.stack([v[row] for v in new_v])])
-        written[seq] = torch.cat([written.get(seq, empty)[:, :, :, : starts[row]], fresh], dim=3)
-    at = ", ".join(f"{seq!r} at {_positions(s, new_tokens)}" for seq, s in zip(batch, starts, strict=True))
-    where = f"{scenario}: update(layer, k, v, positions) writing {at}"
-    for layer in range(setup.layers):
-        reply = _call(
-            f"update({layer}, k, v, positions)",
-            cache.update,
-            layer,
-            new_k[layer],
-            new_v[layer],
-            positions,
-            scenario=where,
-            likely="positions index the table as table_tensor[row, p // block_size] and the block as "
-            "offset p % block_size; an IndexError usually means one of these is computed differently.",
-        )
-        _verify_placement(cache, write, layer, "k_pool", new_k[layer], where)
-        _verify_placement(cache, write, layer, "v_pool", new_v[layer], where)
-        _check_reply(reply, batch, written, layer, where)
-    _verify_lengths(cache, write, setup.layers, where)
+def _blocks_needed(h: _Harness, rng: random.Random) -> None:
+    h.expect_blocks_needed()
 
 
-def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> None:
-    """update's reply holds, for each row, every position written so far with the right key and value."""
-    if not isinstance(reply, tuple) or len(reply) != 3:
-        fail(
-            f"{where}: what update returned (layer {layer})",
-            "(keys, values, key_positions)",
-            type(reply).__name__,
-            "update returns the history to attend to: keys, values and their positions.",
-        )
-    keys, values, key_positions = reply
-    _, _, kv_heads, _, head_dim = written[batch[0]].shape
-    for name, tensor in (("keys", keys), ("values", values)):
-        shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        if (
-            not isinstance(tensor, torch.Tensor)
-            or tensor.ndim != 4
-            or (tensor.shape[0], tensor.shape[1], tensor.shape[3]) != (len(batch), kv_heads, head_dim)
-            or tensor.shape != keys.shape
-        ):
-            fail(
-                f"{where}: the {name} update returned (layer {layer})",
-                f"a tensor [batch={len(batch)}, kv_heads={kv_heads}, span, head_dim={head_dim}]",
-                shape,
-                Hint(
-                    "return one row of history per sequence in the batch, with heads before positions, "
-                    "the layout attention expects",
-                    "pool[blocks, :, offsets] is [B, span, kv_heads, head_dim]: return it .transpose(1, 2)",
-                ),
-            )
-    span = keys.shape[2]
-    if not isinstance(key_positions, torch.Tensor) or key_positions.shape not in (
-        (span,),
-        (len(batch), span),
-    ):
-        fail(
-            f"{where}: the key positions update returned (layer {layer})",
-            f"a tensor [{span}] (or [{len(batch)}, {span}]): the position of each returned key",
-            tuple(key_positions.shape) if isinstance(key_positions, torch.Tensor) else repr(key_positions),
-            "return torch.arange(span): the history is positions 0..span-1 of every sequence.",
-        )
-    if key_positions.ndim == 1:
-        key_positions = key_positions.expand(len(batch), -1)
-    for row, seq in enumerate(batch):
-        history = written[seq]  # [2, layers, kv_heads, length, head_dim]
-        returned = {int(p): j for j, p in enumerate(key_positions[row].tolist())}
-        for p in range(history.shape[3]):
-            if p not in returned:
-                fail(
-                    f"{where}: the history returned for {seq!r} (row {row}, layer {layer})",
-                    f"a key for every position 0..{history.shape[3] - 1}",
-                    f"no key for position {p} (span {span})",
-                    Hint(
-                        "update returns the whole history, every position up to the highest one in the batch, "
-                        "not only the tokens just written",
-                        "span = int(positions.max()) + 1; gather positions torch.arange(span)",
-                    ),
-                )
-            j = returned[p]
-            for name, got, want in (
-                ("key", keys[row, :, j], history[0, layer, :, p]),
-                ("value", values[row, :, j], history[1, layer, :, p]),
-            ):
-                if not torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0):
-                    fail(
-                        f"{where}: the {name} update returned for {seq!r} at position {p} "
-                        f"(row {row}, layer {layer})",
-                        "the one written there",
-                        "a different vector",
-                        Hint(
-                            "the write checked out, so the read side differs: each row must read its positions "
-                            "through its own sequence's block table",
-                            "gather pool[table_tensor[row, p // block_size], :, p % block_size] for each row",
-                        ),
-                    )
+def _create_twice(h: _Harness, rng: random.Random) -> None:
+    h.create("a")
+    h.refused_create("a")
+    h.free("a")
 
 
-# --------------------------------------------------------------------------- exhaustion and truncate
+def _scrambled_free_list(h: _Harness, rng: random.Random) -> None:
+    h.scramble(rng)
 
 
-def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
-    """Leave exactly 2 free blocks, then a reserve needing more must change nothing."""
-    block_size = cache.block_size
-    _create(cache, "hog", setup.num_blocks, scenario)
-    _reserve(cache, "hog", (cache.allocator.num_free - 2) * block_size, setup.num_blocks, scenario)
-    length, held = cache.lengths[seq], len(cache.tables[seq])
-    new_tokens = (held + 4) * block_size - length  # needs 4 more blocks; only 2 are free
-    before = CacheSnapshot.of(cache)
-    where = (
-        f"{scenario}: reserve({seq!r}, {new_tokens}) needs 4 more blocks but only 2 are free "
-        "(exhaustion in the middle of a multi-block reserve)"
-    )
-    try:
-        cache.reserve(seq, new_tokens)
-    except MemoryError:
-        pass
-    except NotImplementedError:
-        _call("reserve", cache.reserve, seq, new_tokens, scenario=where)
-    except Exception as error:
-        fail(
-            where,
-            "MemoryError",
-            f"{type(error).__name__}: {error}",
-            "raise MemoryError (a scheduler catches it to wait or preempt) before allocating anything.",
-        )
-    else:
-        fail(
-            where,
-            "MemoryError",
-            f"no exception; the table is now {cache.tables[seq]}",
-            "when the pool cannot supply every block, reserve must raise MemoryError.",
-        )
-    after = CacheSnapshot.of(cache)
-    if after != before:
-        grew = len(after.tables.get(seq, [])) - len(before.tables[seq])
-        hint = (
-            f"reserve took {grew} block(s) before running out and kept them: half-reserved blocks nobody "
-            "accounts for. Count the blocks needed and compare with allocator.num_free BEFORE allocating any."
-            if grew > 0
-            else "a failed reserve must leave tables, lengths, counts and the free list unchanged."
-        )
-        fail(
-            f"{where}: the cache after the MemoryError",
-            "exactly as before",
-            f"table {after.tables.get(seq)} (was {before.tables[seq]}), free {after.free} (was {before.free})",
-            hint,
-        )
-    _verify_accounting(cache, setup.num_blocks, f"{where}, after the MemoryError")
-    fits = (held + 2) * block_size - length  # exactly the 2 free blocks
-    _reserve(
-        cache,
-        seq,
-        fits,
-        setup.num_blocks,
-        f"{scenario}: reserve({seq!r}, {fits}) needs exactly the 2 free blocks (it fits)",
-    )
-    _free(cache, "hog", setup.num_blocks, scenario)
+def _two_interleaved_tables(h: _Harness, rng: random.Random) -> None:
+    b = h.cache.block_size
+    h.create("a")
+    h.create("b")
+    for seq, new_tokens in (("a", b), ("b", 1), ("a", b + 1), ("a", 2 * b), ("b", 2 * b + 1), ("a", 0)):
+        h.reserve(seq, new_tokens)
 
 
-def _truncate(cache, seq, length: int, num_blocks: int, scenario: str) -> None:
-    before = list(cache.tables[seq])
-    old_length = cache.lengths[seq]
-    _call(f"truncate({seq!r}, {length})", cache.truncate, seq, length, scenario=scenario)
-    keep = ceil_div(length, cache.block_size)
-    where = f"{scenario}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
-    got = list(cache.tables[seq])
-    if got != before[:keep]:
-        if len(got) == keep + 1:
-            hint = (
-                f"{length} tokens fit in {keep} block(s) of {cache.block_size}"
-                f"{' exactly' if length % cache.block_size == 0 else ''}: keep blocks_needed(length) blocks, "
-                "no more."
-            )
-        elif len(got) == len(before):
-            hint = (
-                "truncate must drop the blocks past blocks_needed(length) from the table (and release them)."
-            )
-        else:
-            hint = "keep the first blocks_needed(length) blocks of the table, in order."
-        fail(f"{where}: the table", before[:keep], got, hint)
-    if cache.lengths[seq] != length:
-        fail(f"{where}: lengths[{seq!r}]", length, cache.lengths[seq], "truncate sets the sequence's length.")
-    _verify_accounting(cache, num_blocks, f"{where}, after truncate")
+def _a_batch_of_two_tables(h: _Harness, rng: random.Random) -> None:
+    h.set_batch(["b", "a"])
 
 
-# --------------------------------------------------------------------------- the real model
+def _prefill_of_a(h: _Harness, rng: random.Random) -> None:
+    h.update(["a"], 2 * h.cache.block_size - 1)
 
 
-def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
-    from ..model import tiny_qwen3
+def _prefill_of_b(h: _Harness, rng: random.Random) -> None:
+    h.update(["b"], h.cache.block_size + 1)
 
-    model = tiny_qwen3(seed=0)
-    config = model.config
-    setup = _Setup(config.num_hidden_layers, 40, block_size, config.num_key_value_heads, config.head_dim)
-    scenario = "the tiny Qwen3 on your cache"
-    cache = _new_cache(cache_class, setup, model.device, scenario)
-    _scramble_free_list(cache, setup.num_blocks, rng, f"{scenario}, scrambling the free list")
-    b = block_size
-    prompt_lengths = {"s0": 2 * b + 1, "s1": b, "s2": 3 * b - 1, "s3": 1}
-    tokens = {seq: [rng.randrange(config.vocab_size) for _ in range(n)] for seq, n in prompt_lengths.items()}
-    for seq in tokens:
-        _create(cache, seq, setup.num_blocks, scenario)
 
-    def step(new: dict, label: str) -> None:
+def _decode_at_different_lengths(h: _Harness, rng: random.Random) -> None:
+    h.update(["b", "a"], 1)
+
+
+def _decode_in_swapped_order(h: _Harness, rng: random.Random) -> None:
+    h.update(["a", "b"], 1)
+
+
+def _exhaustion(h: _Harness, rng: random.Random) -> None:
+    """Leave exactly 2 free blocks: a reserve needing 4 more changes nothing, one needing 2 fits."""
+    b = h.cache.block_size
+    h.create("hog")
+    h.reserve("hog", (h.cache.allocator.num_free - 2) * b)
+    length, held = h.cache.lengths["a"], len(h.tables["a"])
+    h.refused_reserve("a", (held + 4) * b - length, free=2, needed=4)
+    h.reserve("a", (held + 2) * b - length, why=" (a reserve that needs exactly the 2 free blocks fits)")
+    h.free("hog")
+
+
+def _truncate_to_one_full_block(h: _Harness, rng: random.Random) -> None:
+    h.truncate("a", h.cache.block_size)
+
+
+def _write_after_truncate(h: _Harness, rng: random.Random) -> None:
+    h.update(["a", "b"], 2)
+
+
+def _free_everything(h: _Harness, rng: random.Random) -> None:
+    h.finish(f"{h.where}: after freeing every sequence")
+
+
+# Named steps of one story on one cache, in order: each starts where the one before left off.
+CACHE_STORY = (
+    ("blocks_needed", _blocks_needed),
+    ("create of an existing sequence", _create_twice),
+    ("scrambling the free list", _scrambled_free_list),
+    ("growing two interleaved tables", _two_interleaved_tables),
+    ("two sequences with tables of 3 and 2 blocks", _a_batch_of_two_tables),
+    ("prefill of 'a'", _prefill_of_a),
+    ("prefill of 'b'", _prefill_of_b),
+    ("one decode step of a batch at different lengths", _decode_at_different_lengths),
+    ("a second decode step, batch order swapped", _decode_in_swapped_order),
+    ("exhaustion in the middle of a multi-block reserve", _exhaustion),
+    ("rolling 'a' back to exactly one full block", _truncate_to_one_full_block),
+    ("writing again after truncate", _write_after_truncate),
+    ("freeing everything", _free_everything),
+)
+
+
+# --------------------------------------------------------------------------- the model story
+
+
+class _ModelRun(_Harness):
+    """The harness under the tiny Qwen3: also each sequence's tokens so far, for from-scratch runs."""
+
+    def __init__(self, PagedKVCache: type, block_size: int) -> None:  # noqa: N803
+        from ..model import tiny_qwen3
+
+        self.model = tiny_qwen3(seed=0)
+        config = self.model.config
+        setup = _Setup(config.num_hidden_layers, 40, block_size, config.num_key_value_heads, config.head_dim)
+        super().__init__(PagedKVCache, setup, self.model.device, "the tiny Qwen3 on your cache")
+        self.tokens: dict = {}
+        self.prompts: dict = {}
+
+    def forward(self, new: dict) -> None:
         """One forward pass of the sequences in ``new`` (same count each), compared with from scratch."""
-        seqs = list(new)
+        seqs, b, story_step = list(new), self.cache.block_size, self.step
+        lengths_before = [self.cache.lengths[seq] for seq in seqs]
         count = len(new[seqs[0]])
-        lengths_before = [cache.lengths[seq] for seq in seqs]
-        where = f"{scenario}, {label}: batch {seqs} at lengths {lengths_before}, {count} new token(s) each"
+        self.step = f"{story_step}: batch {seqs} at lengths {lengths_before}, {count} new token(s) each"
         for seq in seqs:
-            _reserve(cache, seq, count, setup.num_blocks, where)
-        _set_batch(cache, seqs, setup.num_blocks, where)
-        positions = torch.tensor([[n + t for t in range(count)] for n in lengths_before], device=model.device)
-        with torch.no_grad():
-            logits = _call(
-                "the model's forward pass",
-                model,
-                torch.tensor([new[s] for s in seqs], device=model.device),
-                positions,
-                cache=cache,
-                scenario=where,
-            )  # [B, T, vocab]
+            self.reserve(seq, count)
+        self.set_batch(seqs)
+        logits = forward_through_cache(self.model, self.cache, new, lengths_before, scenario=self.where)
         for row, seq in enumerate(seqs):
-            full = tokens[seq][: lengths_before[row]] + new[seq]
-            scratch = model.logits_from_scratch([full])[0][lengths_before[row] :]  # [T, vocab]
-            gap = logit_gap(logits[row], scratch)
-            if not logits_match(gap, model.device, logits.dtype):
+            full = self.tokens[seq][: lengths_before[row]] + new[seq]
+            expect_from_scratch(
+                self.model,
+                full,
+                logits[row],
+                scenario=f"{self.where}: the logits of {seq!r} (row {row})",
+                hint="the history update returned for this sequence is not its own. Check: the "
+                "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
+                "p % block_size for every position of every row, span = highest position in the "
+                "batch + 1, and lengths per sequence.",
+            )
+            self.tokens[seq] = full
+            if self.cache.lengths[seq] != len(full):
                 fail(
-                    f"{where}: the logits of {seq!r} (row {row})",
-                    f"those of running its {len(full)} tokens from scratch "
-                    f"(within {logit_tolerance(model.device, logits.dtype)})",
-                    f"a difference of {gap:.3g}",
-                    "the history update returned for this sequence is not its own. Check: the "
-                    "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
-                    "p % block_size for every position of every row, span = highest position in the "
-                    "batch + 1, and lengths per sequence.",
-                )
-            tokens[seq] = full
-            if cache.lengths[seq] != len(full):
-                fail(
-                    f"{where}: lengths[{seq!r}]",
+                    f"{self.where}: lengths[{seq!r}]",
                     len(full),
-                    cache.lengths[seq],
+                    self.cache.lengths[seq],
                     "after a forward pass, lengths[seq] counts every token written for seq.",
                 )
-            _verify_table_length(
-                cache,
-                seq,
-                ceil_div(len(full), b),
-                where,
-                "a sequence holds blocks_needed(length) blocks after a step.",
+            self.expect_table_length(
+                seq, ceil_div(len(full), b), self.where, "a sequence holds blocks_needed(length) blocks after a step."
             )
-        _verify_accounting(cache, setup.num_blocks, where)
+        self.expect_accounting("the forward pass")
+        self.step = story_step
 
-    # Prefill, interleaved and in chunks, so that tables are non-contiguous and chunks end mid-block.
-    prompts = {seq: list(t) for seq, t in tokens.items()}
-    tokens = {seq: [] for seq in prompts}
-    step({"s2": prompts["s2"][: b + 2]}, "prefill of s2, first chunk")
-    step({"s0": prompts["s0"]}, "prefill of s0")
-    step({"s1": prompts["s1"]}, "prefill of s1 (exactly one full block)")
-    step({"s2": prompts["s2"][b + 2 :]}, "prefill of s2, second chunk (starts mid-block)")
-    step({"s3": prompts["s3"]}, "prefill of s3 (one token)")
+    def truncate(self, seq, length: int) -> None:
+        super().truncate(seq, length)
+        self.tokens[seq] = self.tokens[seq][:length]
+
+
+def _four_prompts(run: _ModelRun, rng: random.Random) -> None:
+    b, vocab = run.cache.block_size, run.model.config.vocab_size
+    lengths = {"s0": 2 * b + 1, "s1": b, "s2": 3 * b - 1, "s3": 1}
+    run.prompts = {seq: [rng.randrange(vocab) for _ in range(n)] for seq, n in lengths.items()}
+    for seq in run.prompts:
+        run.create(seq)
+        run.tokens[seq] = []
+
+
+def _chunked_prefills(run: _ModelRun, rng: random.Random) -> None:
+    """Interleaved and in chunks, so that tables are non-contiguous and chunks end mid-block."""
+    b, prompts = run.cache.block_size, run.prompts
+    for label, new in (
+        ("prefill of s2, first chunk", {"s2": prompts["s2"][: b + 2]}),
+        ("prefill of s0", {"s0": prompts["s0"]}),
+        ("prefill of s1 (exactly one full block)", {"s1": prompts["s1"]}),
+        ("prefill of s2, second chunk (starts mid-block)", {"s2": prompts["s2"][b + 2 :]}),
+        ("prefill of s3 (one token)", {"s3": prompts["s3"]}),
+    ):
+        run.step = label
+        run.forward(new)
+
+
+def _decode_steps(run: _ModelRun, rng: random.Random) -> None:
+    vocab = run.model.config.vocab_size
     order = [["s2", "s0", "s3", "s1"], ["s3", "s2", "s0"], ["s1", "s0", "s2", "s3"], ["s0", "s1", "s2", "s3"]]
     for index, batch in enumerate(order):
-        step({seq: [rng.randrange(config.vocab_size)] for seq in batch}, f"decode step {index + 1}")
-    cut = 2 * b - 1
-    _truncate(cache, "s2", cut, setup.num_blocks, f"{scenario}, rolling s2 back across a block boundary")
-    tokens["s2"] = tokens["s2"][:cut]
+        run.step = f"decode step {index + 1}"
+        run.forward({seq: [rng.randrange(vocab)] for seq in batch})
+
+
+def _truncate_across_a_boundary(run: _ModelRun, rng: random.Random) -> None:
+    run.truncate("s2", 2 * run.cache.block_size - 1)
+
+
+def _decode_after_truncate(run: _ModelRun, rng: random.Random) -> None:
+    vocab = run.model.config.vocab_size
     for index in range(2):
-        step(
-            {seq: [rng.randrange(config.vocab_size)] for seq in ["s0", "s2"]},
-            f"decode step {index + 1} after truncate",
-        )
-    for seq in list(prompts):
-        _free(cache, seq, setup.num_blocks, f"{scenario}, freeing every sequence at the end")
-    if cache.allocator.num_free != setup.num_blocks:
-        fail(
-            f"{scenario}: after freeing every sequence",
-            f"{setup.num_blocks} free blocks",
-            cache.allocator.num_free,
-            "every block must be back on the free list: nothing may leak.",
-        )
+        run.step = f"decode step {index + 1} after truncate"
+        run.forward({seq: [rng.randrange(vocab)] for seq in ["s0", "s2"]})
+
+
+MODEL_STORY = (
+    ("scrambling the free list", _scrambled_free_list),
+    ("four prompts created", _four_prompts),
+    ("chunked prefills", _chunked_prefills),
+    ("decode steps", _decode_steps),
+    ("rolling s2 back across a block boundary", _truncate_across_a_boundary),
+    ("decode steps after truncate", _decode_after_truncate),
+    ("freeing every sequence at the end", _free_everything),
+)
+
+
+def _model_run(PagedKVCache: type, rng: random.Random, block_size: int) -> None:  # noqa: N803
+    """The model story on a fresh cache of 40 blocks (a check of its own: wrong gathers show as logits)."""
+    run = _ModelRun(PagedKVCache, block_size)
+    for step, scenario in MODEL_STORY:
+        run.step = step
+        scenario(run, rng)
 
 
 # --------------------------------------------------------------------------- the check
@@ -905,74 +991,14 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
 @check(notebook="03_paged_kv_cache", builds="PagedKVCache")
 def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
     """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache."""
-    rng = random.Random(seed)
-    block_size = 4 if seed == 0 else rng.choice([2, 3, 4, 8])
-    generator = torch.Generator().manual_seed(seed)
-    setup = _Setup(layers=2, num_blocks=24, block_size=block_size, kv_heads=2, head_dim=8)
     from ..device import DEVICE
 
-    scenario = f"a cache of {setup.num_blocks} blocks of {block_size} tokens"
-    cache = _new_cache(PagedKVCache, setup, DEVICE, scenario)
-    _check_blocks_needed(cache, block_size)
-    duplicate = f"{scenario}: create('a') twice"
-    _create(cache, "a", setup.num_blocks, scenario)
-    try:
-        cache.create("a")
-    except ValueError:
-        pass
-    except Exception as error:
-        fail(
-            duplicate,
-            "ValueError",
-            f"{type(error).__name__}: {error}",
-            "raise ValueError for an existing sequence.",
-        )
-    else:
-        fail(
-            duplicate,
-            "ValueError",
-            "no exception",
-            "creating a sequence that exists would silently drop its table (and leak its blocks): "
-            "raise ValueError.",
-        )
-    _free(cache, "a", setup.num_blocks, scenario)
-
-    _scramble_free_list(cache, setup.num_blocks, rng, f"{scenario}, scrambling the free list")
-    for seq in ("a", "b"):
-        _create(cache, seq, setup.num_blocks, scenario)
-    b = block_size
-    for seq, new_tokens in (("a", b), ("b", 1), ("a", b + 1), ("a", 2 * b), ("b", 2 * b + 1), ("a", 0)):
-        _reserve(cache, seq, new_tokens, setup.num_blocks, f"{scenario}, growing two interleaved tables")
-    _set_batch(
-        cache, ["b", "a"], setup.num_blocks, f"{scenario}, two sequences with tables of 3 and 2 blocks"
-    )
-
-    written: dict = {}
-    _direct_update(cache, setup, ["a"], 2 * b - 1, written, generator, f"{scenario}, prefill of 'a'")
-    _direct_update(cache, setup, ["b"], b + 1, written, generator, f"{scenario}, prefill of 'b'")
-    _direct_update(
-        cache,
-        setup,
-        ["b", "a"],
-        1,
-        written,
-        generator,
-        f"{scenario}, one decode step of a batch at different lengths",
-    )
-    _direct_update(
-        cache,
-        setup,
-        ["a", "b"],
-        1,
-        written,
-        generator,
-        f"{scenario}, a second decode step, batch order swapped",
-    )
-    _exhaustion(cache, setup, "a", scenario)
-    _truncate(cache, "a", b, setup.num_blocks, f"{scenario}, rolling 'a' back to exactly one full block")
-    _direct_update(
-        cache, setup, ["a", "b"], 2, written, generator, f"{scenario}, writing again after truncate"
-    )
-    for seq in ("a", "b"):
-        _free(cache, seq, setup.num_blocks, f"{scenario}, freeing everything")
+    rng = random.Random(seed)
+    block_size = 4 if seed == 0 else rng.choice([2, 3, 4, 8])
+    setup = _Setup(layers=2, num_blocks=24, block_size=block_size, kv_heads=2, head_dim=8)
+    h = _Harness(PagedKVCache, setup, DEVICE, f"a cache of {setup.num_blocks} blocks of {block_size} tokens")
+    h.generator.manual_seed(seed)
+    for step, scenario in CACHE_STORY:
+        h.step = step
+        scenario(h, rng)
     _model_run(PagedKVCache, rng, block_size)
