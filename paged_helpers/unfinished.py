@@ -144,15 +144,9 @@ class try_it(contextlib.AbstractContextManager):
 _NOT_MADE: dict[str, UnfinishedStub] = {}
 
 
-def _assigned_names(filename: str | None) -> set[str]:
-    """Every name a cell's top-level code assigns (not inside its functions or classes)."""
-    if filename is None:
-        return set()
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
+def top_level_names(tree: ast.AST) -> set[str]:
+    """Every name code binds where it runs: assignments and the names of functions and classes it
+    defines, not what is assigned inside their bodies (tools/learner_cells.py uses it too)."""
     names: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -167,3 +161,14 @@ def _assigned_names(filename: str | None) -> set[str]:
 
     visit(tree)
     return names
+
+
+def _assigned_names(filename: str | None) -> set[str]:
+    """Every name a cell's top-level code assigns (not inside its functions or classes)."""
+    if filename is None:
+        return set()
+    source = "".join(linecache.getlines(filename))
+    try:
+        return top_level_names(ast.parse(source))
+    except SyntaxError:
+        return set()

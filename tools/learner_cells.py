@@ -30,6 +30,8 @@ from pathlib import Path
 
 import nbformat
 
+from paged_helpers.unfinished import top_level_names
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 WRAP = "with ph.try_it("
 
@@ -58,23 +60,6 @@ def _parse(source: str) -> ast.Module | None:
         return ast.parse(kept)
     except SyntaxError:
         return None
-
-
-def _top_level_names(tree: ast.Module) -> set[str]:
-    """Names a cell binds at its top level (including inside a with-block)."""
-    names: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return names
 
 
 def _used_names(tree: ast.AST, top_level_only: bool = False) -> set[str]:
@@ -181,7 +166,7 @@ def learner_notebook(notebook) -> bool:
         if tree is None:
             continue
         if meta.get("solution"):
-            learner_names |= _top_level_names(tree)
+            learner_names |= top_level_names(tree)
             continue
         if meta.get("grade"):
             new = _with_note(cell.source)
@@ -189,9 +174,9 @@ def learner_notebook(notebook) -> bool:
             cell.source = new
             continue
         if _loads_earlier_notebook(tree):
-            learner_names |= _top_level_names(tree)
+            learner_names |= top_level_names(tree)
             continue
-        made = _top_level_names(tree)
+        made = top_level_names(tree)
         if _used_names(tree) & learner_names:
             learner_names |= made
         if _calls_a_check(tree):  # a check says "not implemented yet" itself (unfinished="note")
