@@ -8,12 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from paged_helpers.checks import CheckFailed, NotImplementedYet
+from paged_helpers.checks.pool_accounts import block_holders, expect_all_free, expect_pool_matches
 from paged_helpers.checks.report import (
     CacheSnapshot,
-    block_holders,
     ceil_div,
-    expect_all_free,
-    expect_pool_matches,
     expect_raise,
     expect_refused,
 )

@@ -223,7 +223,10 @@ def test_view_labels_every_slot_and_row_with_words(PagedKVCache):
     write(cache, "A", len(tokens["A"]))
     view = BlockTableView(cache, tokens=tokens, token_text=words.token_text)
     first, second = cache.tables["A"]
-    assert view.words == {str(first): [["the"], ["cat"], ["sat"], ["by"]], str(second): [["the"], ["window"], ["."], []]}
+    assert view.words == {
+        str(first): [["the"], ["cat"], ["sat"], ["by"]],
+        str(second): [["the"], ["window"], ["."], []],
+    }
     assert view.texts == {"A": "the cat sat by | the window ."}
     cache.fork("A", "B")
     tokens["B"] = tokens["A"] + words.encode("and")

@@ -26,7 +26,7 @@ writes into a block another table also names, ``reserve`` gives it a fresh copy 
 every layer) and releases its reference on the shared block once; a block only one table names is
 written in place. ``free`` releases each entry of the table once. So each block's count is the
 number of table entries naming it, and the free list is exactly the blocks no table names, each
-once (``report.expect_pool_matches``, reading the pool through ``pool_invariant.PoolReading``). A
+once (``pool_accounts.expect_pool_matches``, reading the pool through ``pool_invariant.PoolReading``). A
 ``reserve`` that cannot get every copy and new block raises MemoryError and changes nothing
 (``report.expect_refused``). Every live sequence reads back exactly the keys and values it wrote.
 """
@@ -41,17 +41,14 @@ import torch
 from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..workloads import fork_prompt
+from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
 from .report import (
     Hint,
-    block_holders,
     call_learner,
     ceil_div,
     check,
-    expect_all_free,
-    expect_pool_matches,
     expect_refused,
     fail,
-    new_paged_cache,
 )
 from .scratch import expect_from_scratch, forward_through_cache
 

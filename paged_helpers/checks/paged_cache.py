@@ -30,7 +30,7 @@ one small scenario function per named step (``CACHE_STORY``, then ``MODEL_STORY`
 Invariants, after every step. Who owns a reference: each entry of a block table owns one
 reference to its block, and nothing else does (nothing is shared before notebook 04), so a block
 in a table has count 1 and appears in no other table; a block in no table has count 0 and is on
-the free list exactly once (``report.expect_pool_matches``, which reads the pool through
+the free list exactly once (``pool_accounts.expect_pool_matches``, which reads the pool through
 ``pool_invariant.PoolReading``). The learner's tables must equal the check's own account: only
 ``reserve`` (appending), ``truncate`` (cutting) and ``free`` change a table, and only the table
 of the sequence they are called for.
@@ -43,21 +43,18 @@ from dataclasses import astuple, dataclass
 
 import torch
 
+from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
 from .report import (
     CheckFailed,
     Hint,
     NotImplementedYet,
-    block_holders,
     call_learner,
     ceil_div,
     check,
-    expect_all_free,
-    expect_pool_matches,
     expect_raise,
     expect_refused,
     fail,
     hint_text,
-    new_paged_cache,
 )
 from .scratch import expect_from_scratch, forward_through_cache
 

@@ -33,7 +33,7 @@ from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..workloads import multi_turn_chats, random_tokens
 from .report import call_learner, check, fail
-from .scratch import logit_gap, logit_tolerance, logits_match
+from .scratch import expect_from_scratch, forward_through_cache
 
 __all__ = ["check_radix_logits"]
 
@@ -188,26 +188,9 @@ class _ModelServer:
     def _forward(self, seq: str, new: list[int], where: str) -> None:
         call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
         start = len(self.tokens[seq])
-        with torch.no_grad():
-            got = call_learner(
-                "the model's forward pass through your cache",
-                self.model,
-                torch.tensor([new], device=DEVICE),  # [1, T]
-                torch.arange(start, start + len(new), device=DEVICE),  # [T]
-                cache=self.cache,
-                scenario=where,
-            )[0]  # [T, vocab]
+        got = forward_through_cache(self.model, self.cache, {seq: new}, [start], scenario=where)[0]  # [T, vocab]
         self.tokens[seq] += new
-        expected = self.model.logits_from_scratch([self.tokens[seq]])[0][start:]  # [T, vocab]
-        gap = logit_gap(got, expected)
-        if not logits_match(gap, DEVICE, got.dtype):
-            fail(
-                where,
-                f"logits equal to running all {len(self.tokens[seq])} tokens from scratch "
-                f"(max |difference| at most {logit_tolerance(DEVICE, got.dtype):g})",
-                f"max |difference| {gap:.3g}",
-                LOGITS_HINT,
-            )
+        expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
 
     # --- what the check knows -----------------------------------------------------------------
     def _longest_cached(self, probe: list[int]) -> int:
