@@ -27,6 +27,7 @@ The log line also lists suspicious constructs found in the submission's source (
 from __future__ import annotations
 
 import ast
+import atexit
 import datetime
 import hashlib
 import hmac
@@ -35,6 +36,8 @@ import re
 import secrets
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -165,39 +168,120 @@ def log_integrity(ids: dict, line: str) -> None:
         log.write(f"{now}\t{ids.get('student')}\t{ids.get('assignment')}\t{ids.get('notebook')}\t{line}\n")
 
 
+class RunnerJob:
+    """One opinion_runner.py run, started now and read later (``verdicts``).
+
+    Started before nbgrader's kernel runs the notebook (``StartSecondOpinion``), so that on a
+    2-core machine the clean re-run and the kernel's run take a core each instead of one after
+    the other. The runner reads only the submitted notebook and the check calls taken from the
+    locked test cells, never anything the kernel produces, so starting it early changes
+    nothing it sees; the scores are still decided after both are done.
+    """
+
+    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
+        self.deadline = time.monotonic() + budget
+        self.box = None
+        if sandbox.sandbox_disabled():
+            spec = {**spec, "sandboxed": False}
+            self.spec_path = Path(submission.scratch) / ".second_opinion.json"
+            prefix: list[str] = []
+        else:
+            self.box = sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False)
+            spec = {**spec, "sandboxed": True}
+            self.spec_path = self.box.private / "spec.json"
+            prefix = self.box.prefix
+        self.spec_path.write_text(json.dumps(spec))
+        # Files, not pipes: nobody reads the output until the kernel's run is over.
+        self.stdout = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, str(RUNNER), str(self.spec_path)],
+            cwd=submission.scratch,
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            stderr=subprocess.DEVNULL,
+        )
+        _RUNNING.add(self)
+
+    def verdicts(self) -> dict:
+        """Wait (until the budget is spent) for the runner; its verdicts ({} when it gave none)."""
+        try:
+            self.process.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            return {}
+        self.close()
+        self.stdout.seek(0)
+        lines = self.stdout.read().decode(errors="replace").strip().splitlines()
+        self.stdout.close()
+        try:
+            return json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            return {}
+
+    def close(self) -> None:
+        """Stop the runner if it still runs, and remove its sandbox."""
+        _RUNNING.discard(self)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+        else:
+            self.spec_path.unlink(missing_ok=True)
+
+
+_RUNNING: set[RunnerJob] = set()
+_STARTED: dict[tuple, tuple[RunnerJob, dict]] = {}  # (student, assignment, notebook) -> (job, plan)
+
+
+@atexit.register
+def _stop_all_runners() -> None:
+    for job in list(_RUNNING):
+        job.close()
+
+
 def run_runner(submission: sandbox.Submission, spec: dict, budget: float) -> dict:
     """Run opinion_runner.py on ``spec`` (sandboxed unless grading is unsafe); its verdicts."""
-    if sandbox.sandbox_disabled():
-        spec = {**spec, "sandboxed": False}
-        spec_path = Path(submission.scratch) / ".second_opinion.json"
-        prefix: list[str] = []
-        box = None
-    else:
-        box = sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False)
-        spec = {**spec, "sandboxed": True}
-        spec_path = box.private / "spec.json"
-        prefix = box.prefix
-    spec_path.write_text(json.dumps(spec))
-    try:
-        done = subprocess.run(
-            [*prefix, sys.executable, str(RUNNER), str(spec_path)],
-            cwd=submission.scratch,
-            capture_output=True,
-            text=True,
-            timeout=budget,
-        )
-    except subprocess.TimeoutExpired:
-        return {}
-    finally:
-        if box is not None:
-            box.close()
-        else:
-            spec_path.unlink(missing_ok=True)
-    lines = done.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        return {}
+    return RunnerJob(submission, spec, budget).verdicts()
+
+
+def _key(ids: dict) -> tuple:
+    return ids["student"], ids["assignment"], ids["notebook"]
+
+
+class _Plan:
+    """What the second opinion replays for one notebook: its test cells and their check calls."""
+
+    def __init__(self, nb, ids: dict, log):
+        self.submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
+        self.submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
+        self.grade_ids: list[str] = []  # the replayed test cells, in notebook order
+        self.cells: list[dict] = []
+        self.secret_seeds: set[str] = set()
+        for cell in nb.cells:
+            if not is_autograded_test(cell):
+                continue
+            grade_id = cell.metadata["nbgrader"]["grade_id"]
+            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
+            try:
+                self.cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
+                self.grade_ids.append(grade_id)
+                self.secret_seeds.add(str(seed))
+            except (UnsupportedTest, SyntaxError, ValueError) as error:
+                log.warning("second opinion: %s cannot be replayed (%s)", grade_id, error)
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.cells) and self.submitted.is_file()
+
+    def start(self, timeout: int) -> RunnerJob:
+        spec = {"notebook": str(self.submitted), "cells": self.cells, "timeout": timeout}
+        return RunnerJob(self.submission, spec, budget=timeout * len(self.cells) + 120)
+
+
+def _timeout(preprocessor, assignment: str) -> int:
+    return int(preprocessor.slow_assignments.get(assignment, preprocessor.timeout))
 
 
 class SecondOpinion(NbGraderPreprocessor):
@@ -208,29 +292,20 @@ class SecondOpinion(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
-        submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
-        submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
-        tests, cells, secret_seeds = {}, [], set()
-        for cell in nb.cells:
-            if not is_autograded_test(cell):
-                continue
-            grade_id = cell.metadata["nbgrader"]["grade_id"]
-            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
-            try:
-                cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
-                tests[grade_id] = cell
-                secret_seeds.add(str(seed))
-            except (UnsupportedTest, SyntaxError, ValueError) as error:
-                self.log.warning("second opinion: %s cannot be replayed (%s)", grade_id, error)
-        if not cells or not submitted.is_file():
+        job, plan = _STARTED.pop(_key(ids), (None, None))
+        if plan is None:
+            plan = _Plan(nb, ids, self.log)
+            if plan.runnable:
+                job = plan.start(_timeout(self, ids["assignment"]))
+        if job is None:
             return nb, resources
-        timeout = int(self.slow_assignments.get(ids["assignment"], self.timeout))
-        spec = {"notebook": str(submitted), "cells": cells, "timeout": timeout}
-        verdicts = run_runner(submission, spec, budget=timeout * len(cells) + 120)
-        suspicious = scan(nbformat.read(submitted, as_version=4))
+        verdicts = job.verdicts()
+        tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
+        tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
+        suspicious = scan(nbformat.read(plan.submitted, as_version=4))
         lines = [line for cell in tests.values() for line in hidden.hidden_lines(cell.source)]
         parameters = hidden.hidden_parameters(lines)
-        parameters.setdefault("seed", set()).update(secret_seeds)
+        parameters.setdefault("seed", set()).update(plan.secret_seeds)
         self.hide = hidden.Scrubber(lines, parameters)  # what students may not see
         for grade_id, cell in tests.items():
             verdict = verdicts.get(grade_id) or {
@@ -270,3 +345,22 @@ class SecondOpinion(NbGraderPreprocessor):
             log_integrity(ids, f"{grade_id}: kernel failed, clean run passed (kernel's 0 stands; review): {evidence}")
         else:
             log_integrity(ids, f"{grade_id}: flagged in the clean run: {evidence}")
+
+
+class StartSecondOpinion(SecondOpinion):
+    """First autograde step: start the clean re-run now, beside the kernel's run (see RunnerJob).
+
+    Its configuration is SecondOpinion's (``timeout``, ``slow_assignments``: traitlets gives a
+    subclass its parent's section); SecondOpinion takes the job over, and runs one itself where
+    this step is not configured.
+    """
+
+    def preprocess(self, nb, resources):
+        ids = resources["nbgrader"]
+        stale = _STARTED.pop(_key(ids), None)
+        if stale is not None:
+            stale[0].close()
+        plan = _Plan(nb, ids, self.log)
+        if plan.runnable:
+            _STARTED[_key(ids)] = (plan.start(_timeout(self, ids["assignment"])), plan)
+        return nb, resources
