@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import datetime
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
+import select
 import subprocess
 import sys
 import tempfile
@@ -169,14 +172,7 @@ def log_integrity(ids: dict, line: str) -> None:
 
 
 class RunnerJob:
-    """One opinion_runner.py run, started now and read later (``verdicts``).
-
-    Started before nbgrader's kernel runs the notebook (``StartSecondOpinion``), so that on a
-    2-core machine the clean re-run and the kernel's run take a core each instead of one after
-    the other. The runner reads only the submitted notebook and the check calls taken from the
-    locked test cells, never anything the kernel produces, so starting it early changes
-    nothing it sees; the scores are still decided after both are done.
-    """
+    """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
 
     def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
         self.deadline = time.monotonic() + budget
@@ -231,14 +227,142 @@ class RunnerJob:
             self.spec_path.unlink(missing_ok=True)
 
 
-_RUNNING: set[RunnerJob] = set()
-_STARTED: dict[tuple, tuple[RunnerJob, dict]] = {}  # (student, assignment, notebook) -> (job, plan)
+class StudentRunner:
+    """One sandboxed ``opinion_runner.py --serve`` for all the notebooks of one submission.
+
+    torch and the checks are imported once per student instead of once per notebook. The
+    sandbox is the student's (their own folders only, read-only); every cell still runs in a
+    child forked from the runner, which never runs student code, and the runner kills whatever a
+    child left behind before the next notebook. A runner that overruns a notebook's budget is
+    killed; the next notebook starts a new one.
+    """
+
+    def __init__(self, submission: sandbox.Submission):
+        self.student = (submission.root, submission.student)
+        self.sandboxed = not sandbox.sandbox_disabled()
+        self.box = (
+            sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False) if self.sandboxed else None
+        )
+        prefix = self.box.prefix if self.box is not None else []
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, str(RUNNER), "--serve"],
+            cwd=submission.scratch,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pending = b""
+        _RUNNING.add(self)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, submission: sandbox.Submission, spec: dict) -> None:
+        spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch)}
+        self.process.stdin.write((json.dumps(spec) + "\n").encode())
+        self.process.stdin.flush()
+
+    def receive(self, deadline: float) -> dict | None:
+        """The next notebook's verdicts; None if the runner died or overran ``deadline``."""
+        fd = self.process.stdout.fileno()
+        while True:
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # the package's banner, printed when the runner imported it
+                if isinstance(record, dict) and isinstance(record.get("results"), dict):
+                    return record["results"]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self.pending += chunk
+
+    def close(self) -> None:
+        _RUNNING.discard(self)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+
+
+_STUDENT_RUNNER: list[StudentRunner] = []  # at most one: the submission being graded
+
+
+def _student_runner(submission: sandbox.Submission) -> StudentRunner:
+    """The running runner of this submission's student, or a new one (any other is stopped)."""
+    while _STUDENT_RUNNER:
+        runner = _STUDENT_RUNNER.pop()
+        if runner.student == (submission.root, submission.student) and runner.alive():
+            _STUDENT_RUNNER.append(runner)
+            return runner
+        runner.close()
+    runner = StudentRunner(submission)
+    _STUDENT_RUNNER.append(runner)
+    return runner
+
+
+class NotebookJob:
+    """One notebook's clean re-run on its student's runner: sent now, read later (``verdicts``).
+
+    Sent before nbgrader's kernel runs the notebook (``StartSecondOpinion``), so that on a
+    2-core machine the clean re-run and the kernel's run take a core each instead of one after
+    the other. The runner reads only the submitted notebook and the check calls taken from the
+    locked test cells, never anything the kernel produces, so starting it early changes
+    nothing it sees; the scores are still decided after both are done.
+    """
+
+    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
+        self.deadline = time.monotonic() + budget
+        self.runner = _student_runner(submission)
+        try:
+            self.runner.send(submission, spec)
+        except OSError:  # the runner is gone: a fresh one for this notebook
+            _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+            self.runner = _student_runner(submission)
+            self.runner.send(submission, spec)
+        self.done = False
+
+    def verdicts(self) -> dict:
+        if self.done:
+            return {}
+        self.done = True
+        results = self.runner.receive(self.deadline)
+        if results is None:  # dead or over budget: nothing of it may serve the next notebook
+            if self.runner in _STUDENT_RUNNER:
+                _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+            return {}
+        return results
+
+    def close(self) -> None:
+        """Abandoned (its notebook was not graded to the end): the runner may be mid-notebook."""
+        if not self.done:
+            self.done = True
+            if self.runner in _STUDENT_RUNNER:
+                _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+
+
+_RUNNING: set = set()
+_STARTED: dict[tuple, tuple[NotebookJob, _Plan]] = {}  # (student, assignment, notebook) -> (job, plan)
 
 
 @atexit.register
 def _stop_all_runners() -> None:
     for job in list(_RUNNING):
         job.close()
+    _STUDENT_RUNNER.clear()
 
 
 def run_runner(submission: sandbox.Submission, spec: dict, budget: float) -> dict:
@@ -275,9 +399,9 @@ class _Plan:
     def runnable(self) -> bool:
         return bool(self.cells) and self.submitted.is_file()
 
-    def start(self, timeout: int) -> RunnerJob:
+    def start(self, timeout: int) -> NotebookJob:
         spec = {"notebook": str(self.submitted), "cells": self.cells, "timeout": timeout}
-        return RunnerJob(self.submission, spec, budget=timeout * len(self.cells) + 120)
+        return NotebookJob(self.submission, spec, budget=timeout * len(self.cells) + 120)
 
 
 def _timeout(preprocessor, assignment: str) -> int:
@@ -348,7 +472,7 @@ class SecondOpinion(NbGraderPreprocessor):
 
 
 class StartSecondOpinion(SecondOpinion):
-    """First autograde step: start the clean re-run now, beside the kernel's run (see RunnerJob).
+    """First autograde step: start the clean re-run now, beside the kernel's run (see NotebookJob).
 
     Its configuration is SecondOpinion's (``timeout``, ``slow_assignments``: traitlets gives a
     subclass its parent's section); SecondOpinion takes the job over, and runs one itself where
