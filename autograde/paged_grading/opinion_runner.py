@@ -360,17 +360,45 @@ def serve() -> int:
 
 
 def _empty_tmp() -> None:
-    """Remove what earlier notebooks' children left in the sandbox's own /tmp (HOME, caches).
+    """Remove what earlier notebooks' children left in the sandbox: its own /tmp (HOME, caches),
+    /dev/shm and System V IPC objects (shared memory, semaphores, message queues).
 
-    Only inside the sandbox (its /tmp is a tmpfs of its own); the runner keeps nothing there.
+    Only inside the sandbox (a tmpfs, a /dev and an IPC namespace of its own); the runner keeps
+    nothing there.
     """
-    for entry in os.scandir("/tmp"):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+    for folder in ("/tmp", "/dev/shm"):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
     os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
+    _remove_sysv_ipc()
+
+
+def _remove_sysv_ipc() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+    except (OSError, AttributeError):
+        return
+    ipc_rmid = 0
+    for kind, control in (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl")):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                rows = table.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                if kind == "sem":
+                    getattr(libc, control)(int(fields[1]), 0, ipc_rmid)
+                else:
+                    getattr(libc, control)(int(fields[1]), ipc_rmid, None)
 
 
 def main(argv: list[str]) -> int:
