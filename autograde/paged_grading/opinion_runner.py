@@ -354,7 +354,7 @@ def serve() -> int:
         if spec.get("sandboxed"):
             _empty_tmp()  # each notebook's children start as in a sandbox of their own
         results = run_spec(spec)
-        sys.stdout.write(json.dumps({"results": results}) + "\n")
+        sys.stdout.write(json.dumps({"request": spec.get("request"), "results": results}) + "\n")
         sys.stdout.flush()
     return 0
 

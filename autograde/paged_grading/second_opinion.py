@@ -252,18 +252,22 @@ class StudentRunner:
             stderr=subprocess.DEVNULL,
         )
         self.pending = b""
+        self.requests = 0
         _RUNNING.add(self)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def send(self, submission: sandbox.Submission, spec: dict) -> None:
-        spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch)}
+    def send(self, submission: sandbox.Submission, spec: dict) -> int:
+        """Queue one notebook's clean run; the request number its verdicts will carry."""
+        self.requests += 1
+        spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch), "request": self.requests}
         self.process.stdin.write((json.dumps(spec) + "\n").encode())
         self.process.stdin.flush()
+        return self.requests
 
-    def receive(self, deadline: float) -> dict | None:
-        """The next notebook's verdicts; None if the runner died or overran ``deadline``."""
+    def receive(self, request: int, deadline: float) -> dict | None:
+        """The verdicts of ``request``; None if the runner died or overran ``deadline``."""
         fd = self.process.stdout.fileno()
         while True:
             while b"\n" in self.pending:
@@ -272,7 +276,11 @@ class StudentRunner:
                     record = json.loads(line)
                 except ValueError:
                     continue  # the package's banner, printed when the runner imported it
-                if isinstance(record, dict) and isinstance(record.get("results"), dict):
+                if (
+                    isinstance(record, dict)
+                    and record.get("request") == request
+                    and isinstance(record.get("results"), dict)
+                ):
                     return record["results"]
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -325,19 +333,19 @@ class NotebookJob:
         self.deadline = time.monotonic() + budget
         self.runner = _student_runner(submission)
         try:
-            self.runner.send(submission, spec)
+            self.request = self.runner.send(submission, spec)
         except OSError:  # the runner is gone: a fresh one for this notebook
             _STUDENT_RUNNER.remove(self.runner)
             self.runner.close()
             self.runner = _student_runner(submission)
-            self.runner.send(submission, spec)
+            self.request = self.runner.send(submission, spec)
         self.done = False
 
     def verdicts(self) -> dict:
         if self.done:
             return {}
         self.done = True
-        results = self.runner.receive(self.deadline)
+        results = self.runner.receive(self.request, self.deadline)
         if results is None:  # dead or over budget: nothing of it may serve the next notebook
             if self.runner in _STUDENT_RUNNER:
                 _STUDENT_RUNNER.remove(self.runner)
@@ -481,9 +489,9 @@ class StartSecondOpinion(SecondOpinion):
 
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
-        stale = _STARTED.pop(_key(ids), None)
-        if stale is not None:
-            stale[0].close()
+        while _STARTED:  # a notebook nbgrader gave up on: its runner may still be busy with it
+            stale, _ = _STARTED.pop(next(iter(_STARTED)))
+            stale.close()
         plan = _Plan(nb, ids, self.log)
         if plan.runnable:
             _STARTED[_key(ids)] = (plan.start(_timeout(self, ids["assignment"])), plan)
