@@ -74,16 +74,18 @@ class Course:
         Its CPU seconds (user + system of course.py, nbgrader, the kernels, the second opinions and
         the compilers) go to ``self.cpu_s``, the load averages before and after to ``self.load``:
         the CPU time is what the run costs whatever else the machine is doing, unlike the wall-clock
-        time. The sandboxed processes are not reaped by their parents (bubblewrap's namespace ends
-        around them), so this process becomes their subreaper and reaps every one of them itself.
+        time. It is read from a cgroup of its own (``cpu.stat``, cgroup v2) where the machine lets
+        us make one; otherwise from the reaped children's rusage, with this process made their
+        subreaper (sandboxed processes are not always reaped through their parents: a lower bound).
         """
         load_before = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        group = CpuCgroup()
         start = time.perf_counter()
         subreaper = _become_subreaper()
         with tempfile.TemporaryFile() as out:
             process = subprocess.Popen(
-                [sys.executable, str(HERE / "course.py"), "--root", str(self.root), *args],
+                [*group.enter_command(), sys.executable, str(HERE / "course.py"), "--root", str(self.root), *args],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -91,13 +93,19 @@ class Course:
             returncode = _reap_all(process) if subreaper else process.wait()
             out.seek(0)
             output = out.read().decode(errors="replace")
+        seconds = round(time.perf_counter() - start, 1)
         if returncode:
+            group.remove()
             raise SystemExit(f"course.py {' '.join(args)} failed:\n{output[-6000:]}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.cpu_s = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
-        self.cpu_complete = subreaper
+        measured = group.cpu_seconds()
+        group.remove()
+        self.cpu_method = "cgroup" if measured is not None else "rusage (lower bound)"
+        if measured is None:
+            measured = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        self.cpu_s = round(measured, 1)
         self.load = (round(load_before, 2), round(os.getloadavg()[0], 2))
-        return round(time.perf_counter() - start, 1)
+        return seconds
 
     def submit(self, notebooks: Path, student: str, assignments: list[str]) -> None:
         for assignment in assignments:
@@ -111,6 +119,51 @@ class Course:
     def score(self) -> tuple[float, float]:
         rows = report.autograded_scores(self.db_url)
         return sum(r.score for r in rows), sum(r.max_score for r in rows)
+
+
+class CpuCgroup:
+    """A cgroup v2 of the run's own: ``cpu.stat`` counts every process in it, sandboxes included."""
+
+    ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        for root in self.ROOTS:
+            if not (root / "cgroup.procs").exists() or not (root / "cgroup.controllers").exists():
+                continue  # not a cgroup v2 hierarchy
+            path = root / f"paged-benchmark-{os.getpid()}-{time.monotonic_ns()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            if (path / "cpu.stat").exists():
+                self.path = path
+                break
+            path.rmdir()
+
+    def enter_command(self) -> list[str]:
+        if self.path is None:
+            return []
+        return ["/bin/sh", "-c", f'echo $$ > {self.path / "cgroup.procs"} && exec "$@"', "benchmark"]
+
+    def cpu_seconds(self) -> float | None:
+        if self.path is None:
+            return None
+        for _ in range(20):  # the last sandboxes end a moment after course.py
+            if not (self.path / "cgroup.procs").read_text().split():
+                break
+            time.sleep(0.1)
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "usage_usec":
+                return int(value) / 1e6
+        return None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+            self.path = None
 
 
 def _become_subreaper() -> bool:
@@ -202,13 +255,14 @@ def main(argv: list[str] | None = None) -> int:
             summary["one_submission"][name] = {
                 "seconds": seconds,
                 "cpu_seconds": grading.cpu_s,
-                "cpu_includes_sandboxes": grading.cpu_complete,
+                "cpu_measured_by": grading.cpu_method,
                 "load_average_before_after": grading.load,
                 "autograded_score": f"{score:g}/{maximum:g}",
             }
             load = f"{grading.load[0]:.2f}/{grading.load[1]:.2f}"
             print(f"  {name:8} {seconds:8.1f} {grading.cpu_s:8.1f} {load:>18}  {score:g}/{maximum:g}")
             ok = ok and score == maximum
+        print(f"  (CPU seconds measured by {grading.cpu_method})")
         best_name = min(one_runs, key=lambda n: summary["one_submission"][n]["seconds"])
         best = summary["one_submission"][best_name]["seconds"]
         verdict = "meets" if best <= TARGET_S else "misses"
