@@ -9,7 +9,8 @@ notebooks (every test passes) for each made-up student. Then, through ``course.p
 an instructor runs):
 
 1. one complete submission (all the named notebooks, one student): the target is
-   ``TARGET_S`` seconds on a 2-core CPU, with full marks;
+   ``TARGET_S`` seconds on a 2-core CPU, with full marks; graded with ``--jobs 1`` and, with a
+   PostgreSQL gradebook, with ``--jobs J`` (its notebooks split between J workers), side by side;
 2. with ``--class-size N`` (N > 0), the class of N students graded serially (``--jobs 1``) and
    with ``--jobs J`` workers, both into the same kind of gradebook, printed side by side as
    submissions per hour.
@@ -17,7 +18,9 @@ an instructor runs):
 The parallel run needs a PostgreSQL gradebook: the benchmark starts a throwaway server
 (``paged_grading.pgserver``) and uses it for every run; without PostgreSQL it uses SQLite and
 skips the parallel run, saying why. Grading kernels import a private copy of the installed
-``paged_helpers``. Prints one line per run and a JSON summary.
+``paged_helpers``. Prints one line per run (wall-clock seconds, CPU seconds of every process the
+run started, sandboxes included, and the load average before and after: others may share the
+cores) and a JSON summary.
 """
 
 from __future__ import annotations
@@ -66,22 +69,43 @@ class Course:
         self.cpu_s = 0.0
 
     def run(self, *args: str) -> float:
-        """Run course.py; return its wall-clock seconds (its CPU seconds go to ``self.cpu_s``)."""
+        """Run course.py; return its wall-clock seconds.
+
+        Its CPU seconds (user + system of course.py, nbgrader, the kernels, the second opinions and
+        the compilers) go to ``self.cpu_s``, the load averages before and after to ``self.load``:
+        the CPU time is what the run costs whatever else the machine is doing, unlike the wall-clock
+        time. It is read from a cgroup of its own (``cpu.stat``, cgroup v2) where the machine lets
+        us make one; otherwise from the reaped children's rusage, with this process made their
+        subreaper (sandboxed processes are not always reaped through their parents: a lower bound).
+        """
+        load_before = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        group = CpuCgroup()
         start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, str(HERE / "course.py"), "--root", str(self.root), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode:
-            raise SystemExit(f"course.py {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        subreaper = _become_subreaper()
+        with tempfile.TemporaryFile() as out:
+            process = subprocess.Popen(
+                [*group.enter_command(), sys.executable, str(HERE / "course.py"), "--root", str(self.root), *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            returncode = _reap_all(process) if subreaper else process.wait()
+            out.seek(0)
+            output = out.read().decode(errors="replace")
+        seconds = round(time.perf_counter() - start, 1)
+        if returncode:
+            group.remove()
+            raise SystemExit(f"course.py {' '.join(args)} failed:\n{output[-6000:]}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # user + system time of course.py, nbgrader and the kernels (each reaped by its parent):
-        # what the run costs whatever else the machine is doing, unlike the wall-clock time.
-        self.cpu_s = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
-        return round(time.perf_counter() - start, 1)
+        measured = group.cpu_seconds()
+        group.remove()
+        self.cpu_method = "cgroup" if measured is not None else "rusage (lower bound)"
+        if measured is None:
+            measured = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        self.cpu_s = round(measured, 1)
+        self.load = (round(load_before, 2), round(os.getloadavg()[0], 2))
+        return seconds
 
     def submit(self, notebooks: Path, student: str, assignments: list[str]) -> None:
         for assignment in assignments:
@@ -95,6 +119,96 @@ class Course:
     def score(self) -> tuple[float, float]:
         rows = report.autograded_scores(self.db_url)
         return sum(r.score for r in rows), sum(r.max_score for r in rows)
+
+
+class CpuCgroup:
+    """A cgroup v2 of the run's own: ``cpu.stat`` counts every process in it, sandboxes included."""
+
+    ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        for root in self.ROOTS:
+            if not (root / "cgroup.procs").exists() or not (root / "cgroup.controllers").exists():
+                continue  # not a cgroup v2 hierarchy
+            path = root / f"paged-benchmark-{os.getpid()}-{time.monotonic_ns()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            if (path / "cpu.stat").exists():
+                self.path = path
+                break
+            path.rmdir()
+
+    def enter_command(self) -> list[str]:
+        if self.path is None:
+            return []
+        return ["/bin/sh", "-c", f'echo $$ > {self.path / "cgroup.procs"} && exec "$@"', "benchmark"]
+
+    def cpu_seconds(self) -> float | None:
+        if self.path is None:
+            return None
+        for _ in range(20):  # the last sandboxes end a moment after course.py
+            if not (self.path / "cgroup.procs").read_text().split():
+                break
+            time.sleep(0.1)
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "usage_usec":
+                return int(value) / 1e6
+        return None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+            self.path = None
+
+
+def _become_subreaper() -> bool:
+    """Orphaned descendants (the sandboxes' processes) are re-parented to this process (Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_all(process: subprocess.Popen) -> int:
+    """Wait for ``process``, reaping every orphan re-parented here meanwhile (their CPU time is then
+    counted), and for a moment after it, for the sandboxes that end with it."""
+    code = None
+    quiet_since = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0 if code is None else os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == process.pid:
+            code = os.waitstatus_to_exitcode(status)
+            process.returncode = code
+        elif pid == 0:  # only live children left (a database server): give the last ones a moment
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 0.5:
+                break
+            time.sleep(0.05)
+        else:
+            quiet_since = None
+    return code if code is not None else process.wait()
+
+
+def private_package_copy(site: Path) -> Path:
+    """The installed ``paged_helpers`` copied under ``site``, with the course's data where an
+    installed package keeps it (from a clone, an editable install, that is the clone's ``data/``:
+    without it every check that loads the tiny model fails and the benchmark times a 0)."""
+    package = installed_package_dir()
+    shutil.copytree(package, site / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    data = site / PACKAGE / "course_data" / "files"
+    if not data.is_dir() and (package.parent / "data").is_dir():
+        shutil.copytree(package.parent / "data", data)
+    return site / PACKAGE
 
 
 def per_hour(submissions: int, seconds: float) -> float:
@@ -118,24 +232,43 @@ def main(argv: list[str] | None = None) -> int:
         server = None if why_not else stack.enter_context(pgserver.ThrowawayPostgres())
         scratch = Path(scratch)
         site = scratch / "site"
-        shutil.copytree(installed_package_dir(), site / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+        private_package_copy(site)
         grading = Course(scratch / "course", site, server.url if server else None)
         summary["gradebook"] = "postgresql" if server else "sqlite"
         grading.run("release", *assignments)
 
         grading.submit(args.notebooks, "one", assignments)
-        seconds = grading.run("grade", *assignments, "--student", "one")
-        score, maximum = grading.score()
-        summary["one_submission"] = {
-            "seconds": seconds,
-            "cpu_seconds": grading.cpu_s,
-            "autograded_score": f"{score:g}/{maximum:g}",
-        }
-        print(
-            f"one complete submission ({len(assignments)} notebooks): {seconds:.1f} s "
-            f"({grading.cpu_s:.1f} CPU s), {score:g}/{maximum:g}"
-        )
-        ok = seconds <= TARGET_S and score == maximum
+        # One complete submission, serially (--jobs 1) and, with a gradebook that takes concurrent
+        # writers, with its notebooks split between --jobs workers (what `course.py grade --student
+        # S --jobs 2` does on a 2-core machine).
+        one_runs = {"jobs=1": ()}
+        if server is not None and args.jobs > 1:
+            one_runs[f"jobs={args.jobs}"] = ("--jobs", str(args.jobs))
+        summary["one_submission"] = {}
+        print(f"one complete submission ({len(assignments)} notebooks), target {TARGET_S:g} s:")
+        print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'load before/after':>18}  score")
+        ok = True
+        for name, extra in one_runs.items():
+            grading.clear_grades()
+            seconds = grading.run("grade", *assignments, "--student", "one", *extra)
+            score, maximum = grading.score()
+            summary["one_submission"][name] = {
+                "seconds": seconds,
+                "cpu_seconds": grading.cpu_s,
+                "cpu_measured_by": grading.cpu_method,
+                "load_average_before_after": grading.load,
+                "autograded_score": f"{score:g}/{maximum:g}",
+            }
+            load = f"{grading.load[0]:.2f}/{grading.load[1]:.2f}"
+            print(f"  {name:8} {seconds:8.1f} {grading.cpu_s:8.1f} {load:>18}  {score:g}/{maximum:g}")
+            ok = ok and score == maximum
+        print(f"  (CPU seconds measured by {grading.cpu_method})")
+        best_name = min(one_runs, key=lambda n: summary["one_submission"][n]["seconds"])
+        best = summary["one_submission"][best_name]["seconds"]
+        verdict = "meets" if best <= TARGET_S else "misses"
+        print(f"  best: {best:.1f} s ({best_name}) {verdict} the {TARGET_S:g} s target")
+        summary["one_submission"]["best"] = {"run": best_name, "seconds": best, "meets_target": best <= TARGET_S}
+        ok = ok and best <= TARGET_S
 
         if args.class_size > 0:
             students = [f"student{k:02d}" for k in range(args.class_size)]
@@ -144,21 +277,25 @@ def main(argv: list[str] | None = None) -> int:
             grading.clear_grades()
             runs = {"jobs=1": grading.run("grade", *assignments)}
             cpu = {"jobs=1": grading.cpu_s}
+            loads = {"jobs=1": grading.load}
             if server is None:
                 print(f"parallel run skipped: {why_not}")
             else:
                 grading.clear_grades()
                 runs[f"jobs={args.jobs}"] = grading.run("grade", *assignments, "--jobs", str(args.jobs))
                 cpu[f"jobs={args.jobs}"] = grading.cpu_s
+                loads[f"jobs={args.jobs}"] = grading.load
             count = len(students) + 1  # "one" is graded again with the class
             print(f"class of {count} complete submissions:")
-            print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'submissions/hour':>17}")
+            print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'load before/after':>18} {'submissions/hour':>17}")
             for name, took in runs.items():
-                print(f"  {name:8} {took:8.1f} {cpu[name]:8.1f} {per_hour(count, took):17.1f}")
+                shown = f"{loads[name][0]:.2f}/{loads[name][1]:.2f}"
+                print(f"  {name:8} {took:8.1f} {cpu[name]:8.1f} {shown:>18} {per_hour(count, took):17.1f}")
             summary["class"] = {
                 name: {
                     "seconds": took,
                     "cpu_seconds": cpu[name],
+                    "load_average_before_after": loads[name],
                     "submissions_per_hour": per_hour(count, took),
                     "submissions": count,
                 }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import os
 import re
 import shutil
@@ -209,17 +210,64 @@ def shard_of(students: list[str], shard: str | None) -> list[str]:
     return [s for k, s in enumerate(sorted(students)) if k % count == index - 1]
 
 
-def _grade_one_student(root: Path, student: str, assignments: list[str], whole_course: bool) -> tuple[str, int, float]:
-    """Autograde one student in its own nbgrader process; its log goes to reports/grading-logs/."""
+# Relative grading time of the heavier notebooks (measured: the Triton notebooks run their kernels
+# in the CPU interpreter and compile them for a GPU, twice with the second opinion); others 1.
+# Only used to split one student's notebooks between workers (``--jobs`` above the class size).
+GRADING_WEIGHT = {
+    "06_triton_warmup": 2.0,
+    "07_paged_decode_kernel": 5.0,
+    "08_continuous_batching": 1.5,
+    "09_paged_prefill_kernel": 4.0,
+}
+
+
+def split_assignments(assignments: list[str], parts: int) -> list[list[str]]:
+    """``parts`` groups of about equal grading time (longest first onto the lightest group)."""
+    groups: list[list[str]] = [[] for _ in range(max(1, min(parts, len(assignments))))]
+    load = [0.0] * len(groups)
+    for assignment in sorted(assignments, key=lambda a: -GRADING_WEIGHT.get(a, 1.0)):
+        lightest = load.index(min(load))
+        groups[lightest].append(assignment)
+        load[lightest] += GRADING_WEIGHT.get(assignment, 1.0)
+    return [sorted(group) for group in groups if group]
+
+
+def assignment_globs(group: list[str], existing: list[str]) -> list[str]:
+    """nbgrader assignment ids (globs) that together match exactly ``group`` among ``existing``.
+
+    One nbgrader process per glob: ``[01][0139]_*`` grades 01, 03, 09 and 10 in one start-up
+    (about two seconds each). Where no such glob exists, each assignment by name.
+    """
+    if all(len(a) > 2 and a[:2].isdigit() and a[2] == "_" for a in group):
+        firsts = "".join(sorted({a[0] for a in group}))
+        seconds = "".join(sorted({a[1] for a in group}))
+        pattern = f"[{firsts}][{seconds}]_*"
+        if {a for a in existing if fnmatch.fnmatchcase(a, pattern)} == set(group):
+            return [pattern]
+    return sorted(group)
+
+
+def _grade_one_student(
+    root: Path, student: str, assignments: list[str], whole_course: bool, part: str = ""
+) -> tuple[str, int, float]:
+    """Autograde one student (or ``part`` of its notebooks) in its own nbgrader process; its log goes
+    to reports/grading-logs/."""
     logs = root / "reports" / "grading-logs"
     logs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     code = 0
     submitted = [a for a in assignments if (root / "submitted" / student / a).is_dir()]
-    with open(logs / f"{student}.log", "w", encoding="utf-8") as log:
-        for assignment in ["*"] if whole_course else submitted:
+    if whole_course:
+        ids = ["*"]
+    elif part:
+        existing = sorted({*_released(root), *(p.name for p in (root / "submitted" / student).iterdir() if p.is_dir())})
+        ids = assignment_globs(submitted, existing) if submitted else []
+    else:
+        ids = submitted
+    with open(logs / f"{student}{part}.log", "w", encoding="utf-8") as log:
+        for assignment in ids:
             code |= nbgrader(root, "autograde", assignment, "--force", f"--student={student}", check=False, log=log)
-    return student, code, time.perf_counter() - start
+    return student + part, code, time.perf_counter() - start
 
 
 def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_course: bool) -> list[str]:
@@ -232,15 +280,34 @@ def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_
             "(see autograde/README.md), or grade with --jobs 1."
         )
     print(f"grading {len(students)} student(s) with {args.jobs} workers into {coursedb.shown(url)}", flush=True)
+    # Fewer students than workers (one submission, a resubmission): each student's notebooks are
+    # split between workers; the notebooks read each other's submissions, never their grades, so
+    # they need no order. A class is split by student (one nbgrader start-up per student).
+    parts = args.jobs // len(students) if len(students) < args.jobs else 1
+    units = [(s, assignments, whole_course, "") for s in students]
+    if parts > 1:
+        units = [
+            (s, group, False, f"-part{k + 1}")
+            for s in students
+            for k, group in enumerate(split_assignments(assignments, parts))
+        ]
+    second_opinion_key(args.root)  # made once, before the workers (each would make its own)
     failed = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        runs = [pool.submit(_grade_one_student, args.root, s, assignments, whole_course) for s in students]
+        runs = [pool.submit(_grade_one_student, args.root, *unit) for unit in units]
         for run in as_completed(runs):
             student, code, seconds = run.result()
             print(f"  {student}: {'ok' if code == 0 else 'nbgrader reported errors'} ({seconds:.1f} s)", flush=True)
             if code:
                 failed.append(student)
     return sorted(failed)
+
+
+def second_opinion_key(root: Path) -> None:
+    """The course's key for the second opinion's secret seeds (see second_opinion.secret_seed)."""
+    from paged_grading.second_opinion import secret_seed
+
+    secret_seed(root, "course.py")
 
 
 def ungraded(root: Path, students: list[str], assignments: list[str]) -> list[tuple[str, str]]:

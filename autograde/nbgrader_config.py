@@ -67,6 +67,9 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
+    # Starts the clean re-run now, in its own sandbox, so that it runs beside the kernel (a core
+    # each); SecondOpinion below waits for it and decides the scores.
+    "paged_grading.second_opinion.StartSecondOpinion",
     "paged_grading.execute.FairExecute",
     "paged_grading.guard.GuardAudit",
     "nbgrader.preprocessors.IgnorePattern",

@@ -29,13 +29,12 @@ which implementation it used.
 from __future__ import annotations
 
 import ast
+import json
 import linecache
 import sys
 import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-
-import nbformat
 
 __all__ = ["NotebookLoadError", "find_notebook", "load_definitions", "load_from_notebook"]
 
@@ -148,6 +147,39 @@ def _unimplemented_parts(node: ast.stmt) -> list[str]:
     return []
 
 
+def _code_cells(path: Path) -> list[tuple[int, str]]:
+    """(index among all cells, source) of each code cell of the notebook at ``path``.
+
+    A version-4 notebook is read as plain JSON: ``nbformat.read`` validates against the schema,
+    and importing that validator (jsonschema's format checkers) costs over a second of CPU in
+    every process that loads a notebook (each grading kernel, each second opinion). Older
+    formats go through nbformat, which converts them.
+    """
+    with open(path, encoding="utf-8") as handle:
+        notebook = json.load(handle)
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("nbformat"), int):
+        raise ValueError("not a notebook (no nbformat version)")
+    if notebook["nbformat"] < 4:
+        import nbformat
+
+        converted = nbformat.read(path, as_version=4)
+        return [(i, cell.source) for i, cell in enumerate(converted.cells) if cell.cell_type == "code"]
+    cells = notebook.get("cells")
+    if not isinstance(cells, list):
+        raise ValueError("its 'cells' is not a list")
+    found = []
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise ValueError(f"cell {index} has a source that is not text")
+        found.append((index, source))
+    return found
+
+
 def load_definitions(path: str | Path, module_name: str | None = None) -> types.ModuleType:
     """Run a notebook's top-level definitions in a fresh module and return it.
 
@@ -158,7 +190,7 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     """
     path = Path(path)
     try:
-        notebook = nbformat.read(path, as_version=4)
+        cells = _code_cells(path)
     except Exception as error:
         raise NotebookLoadError(
             f"{path} could not be read as a notebook: {error}. Open it in JupyterLab and save it again, or for a "
@@ -172,10 +204,8 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     # All code cells, one after another: line numbers and linecache point into this text, so
     # tracebacks show the learner's lines and Triton (which reads a kernel's source) works.
     cell_sources: list[str] = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code":
-            continue
-        source = _cell_source_without_magics(cell.source)
+    for index, cell_source in cells:
+        source = _cell_source_without_magics(cell_source)
         try:
             tree = ast.parse(source, filename=f"{path.name}[cell {index}]")
         except SyntaxError as error:

@@ -312,6 +312,38 @@ def test_the_clean_run_judges_the_definitions_and_flags_tampering(tmp_path, case
         assert any(flag in f for f in verdict["flags"]), verdict
 
 
+@needs_bwrap
+def test_one_runner_serves_a_submission_and_each_notebook_starts_clean(tmp_path):
+    """The second opinion's runner is reused for the student's next notebook (torch imported once),
+    and what a child left in the sandbox's /tmp is gone before that notebook's children run."""
+    import nbformat
+
+    from autograde_helpers import second_opinion
+
+    submission = _student_course(
+        tmp_path, notebook=_allocator_submission('        open("/tmp/planted", "w").write("x")')
+    )
+    folder = submission.root / "submitted" / "alice" / "02_block_allocator"
+    later = folder / "later.ipynb"
+    nbformat.write(
+        _allocator_submission('        assert not __import__("os").path.exists("/tmp/planted"), "left over"'), later
+    )
+    calls = second_opinion.check_calls("check_block_allocator(BlockAllocator, seed=5)\n")
+    verdicts = []
+    runners = []
+    try:
+        for path in (folder / "02_block_allocator.ipynb", later):
+            spec = {"notebook": str(path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 120}
+            job = second_opinion.NotebookJob(submission, spec, budget=300)
+            runners.append(job.runner.process.pid)
+            verdicts.append(job.verdicts()["t"])
+    finally:
+        second_opinion._stop_all_runners()
+    assert runners[0] == runners[1]
+    assert not verdicts[0]["passed"] and any("for writing" in f for f in verdicts[0]["flags"]), verdicts[0]
+    assert verdicts[1]["passed"], verdicts[1]
+
+
 def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
     """The instructor's notebook 06, with the scale launcher or the scale kernel's body edited."""
     from autograde_helpers import instructor

@@ -1,6 +1,8 @@
 """The second opinion's worker: runs INSIDE a sandbox, with the standard library and paged_helpers.
 
     python opinion_runner.py SPEC.json     (prints one JSON object on stdout at the end)
+    python opinion_runner.py --serve       (one student's notebooks: a SPEC per line on stdin,
+                                            {"results": ...} per line on stdout; see ``serve``)
 
 SPEC: {"notebook": path of the student's submitted notebook, "cells": [{"grade_id": ...,
 "calls": [{"check": name, "args": [["name", "BlockAllocator"] | ["value", 3]], "kwargs": {...}}]}],
@@ -28,10 +30,12 @@ The grader (``second_opinion``) turns this into scores outside the sandbox.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import secrets
 import select
+import shutil
 import signal
 import sys
 import sysconfig
@@ -310,10 +314,8 @@ def _non_dumpable() -> None:
         pass
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[1]) as f:
-        spec = json.load(f)
-    _non_dumpable()
+def run_spec(spec: dict) -> dict:
+    """Each cell of one notebook in a child forked from this process; their verdicts."""
     results = {}
     for cell in spec["cells"]:
         token = secrets.token_hex(16)
@@ -323,6 +325,8 @@ def main(argv: list[str]) -> int:
         if pid == 0:
             os.close(read_end)
             try:
+                if spec.get("cwd"):
+                    os.chdir(spec["cwd"])  # the notebook's autograde folder, as the kernel's
                 _child(cell, spec["notebook"], write_end, token)
             finally:
                 os._exit(1)
@@ -332,7 +336,78 @@ def main(argv: list[str]) -> int:
         results[cell["grade_id"]] = judge(data, token, timed_out, spec["timeout"])
     if spec.get("sandboxed"):  # only inside the sandbox's own pid namespace
         _kill_everything_else()
-    sys.stdout.write(json.dumps(results) + "\n")
+    return results
+
+
+def serve() -> int:
+    """One student's notebooks, one after another: a spec per line on stdin, a result per line out.
+
+    The process imports torch and the checks once per submission instead of once per notebook;
+    it still never runs student code itself (every cell is a fresh fork of it), and whatever a
+    child left running is killed before the next notebook.
+    """
+    _non_dumpable()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        spec = json.loads(line)
+        if spec.get("sandboxed"):
+            _empty_tmp()  # each notebook's children start as in a sandbox of their own
+        results = run_spec(spec)
+        sys.stdout.write(json.dumps({"request": spec.get("request"), "results": results}) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _empty_tmp() -> None:
+    """Remove what earlier notebooks' children left in the sandbox: its own /tmp (HOME, caches),
+    /dev/shm and System V IPC objects (shared memory, semaphores, message queues).
+
+    Only inside the sandbox (a tmpfs, a /dev and an IPC namespace of its own); the runner keeps
+    nothing there.
+    """
+    for folder in ("/tmp", "/dev/shm"):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+    os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
+    _remove_sysv_ipc()
+
+
+def _remove_sysv_ipc() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+    except (OSError, AttributeError):
+        return
+    ipc_rmid = 0
+    for kind, control in (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl")):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                rows = table.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                if kind == "sem":
+                    getattr(libc, control)(int(fields[1]), 0, ipc_rmid)
+                else:
+                    getattr(libc, control)(int(fields[1]), ipc_rmid, None)
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["--serve"]:
+        return serve()
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    _non_dumpable()
+    sys.stdout.write(json.dumps(run_spec(spec)) + "\n")
     return 0
 
 

@@ -27,14 +27,20 @@ The log line also lists suspicious constructs found in the submission's source (
 from __future__ import annotations
 
 import ast
+import atexit
+import contextlib
 import datetime
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
+import select
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -165,39 +171,249 @@ def log_integrity(ids: dict, line: str) -> None:
         log.write(f"{now}\t{ids.get('student')}\t{ids.get('assignment')}\t{ids.get('notebook')}\t{line}\n")
 
 
+class RunnerJob:
+    """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
+
+    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
+        self.deadline = time.monotonic() + budget
+        self.box = None
+        if sandbox.sandbox_disabled():
+            spec = {**spec, "sandboxed": False}
+            self.spec_path = Path(submission.scratch) / ".second_opinion.json"
+            prefix: list[str] = []
+        else:
+            self.box = sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False)
+            spec = {**spec, "sandboxed": True}
+            self.spec_path = self.box.private / "spec.json"
+            prefix = self.box.prefix
+        self.spec_path.write_text(json.dumps(spec))
+        # Files, not pipes: nobody reads the output until the kernel's run is over.
+        self.stdout = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, str(RUNNER), str(self.spec_path)],
+            cwd=submission.scratch,
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            stderr=subprocess.DEVNULL,
+        )
+        _RUNNING.add(self)
+
+    def verdicts(self) -> dict:
+        """Wait (until the budget is spent) for the runner; its verdicts ({} when it gave none)."""
+        try:
+            self.process.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            return {}
+        self.close()
+        self.stdout.seek(0)
+        lines = self.stdout.read().decode(errors="replace").strip().splitlines()
+        self.stdout.close()
+        try:
+            return json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            return {}
+
+    def close(self) -> None:
+        """Stop the runner if it still runs, and remove its sandbox."""
+        _RUNNING.discard(self)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+        else:
+            self.spec_path.unlink(missing_ok=True)
+
+
+class StudentRunner:
+    """One sandboxed ``opinion_runner.py --serve`` for all the notebooks of one submission.
+
+    torch and the checks are imported once per student instead of once per notebook. The
+    sandbox is the student's (their own folders only, read-only); every cell still runs in a
+    child forked from the runner, which never runs student code, and the runner kills whatever a
+    child left behind before the next notebook. A runner that overruns a notebook's budget is
+    killed; the next notebook starts a new one.
+    """
+
+    def __init__(self, submission: sandbox.Submission):
+        self.student = (submission.root, submission.student)
+        self.sandboxed = not sandbox.sandbox_disabled()
+        self.box = (
+            sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False) if self.sandboxed else None
+        )
+        prefix = self.box.prefix if self.box is not None else []
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, str(RUNNER), "--serve"],
+            cwd=submission.scratch,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pending = b""
+        self.requests = 0
+        _RUNNING.add(self)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, submission: sandbox.Submission, spec: dict) -> int:
+        """Queue one notebook's clean run; the request number its verdicts will carry."""
+        self.requests += 1
+        spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch), "request": self.requests}
+        self.process.stdin.write((json.dumps(spec) + "\n").encode())
+        self.process.stdin.flush()
+        return self.requests
+
+    def receive(self, request: int, deadline: float) -> dict | None:
+        """The verdicts of ``request``; None if the runner died or overran ``deadline``."""
+        fd = self.process.stdout.fileno()
+        while True:
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # the package's banner, printed when the runner imported it
+                if (
+                    isinstance(record, dict)
+                    and record.get("request") == request
+                    and isinstance(record.get("results"), dict)
+                ):
+                    return record["results"]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self.pending += chunk
+
+    def close(self) -> None:
+        _RUNNING.discard(self)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+
+
+_STUDENT_RUNNER: list[StudentRunner] = []  # at most one: the submission being graded
+
+
+def _student_runner(submission: sandbox.Submission) -> StudentRunner:
+    """The running runner of this submission's student, or a new one (any other is stopped)."""
+    while _STUDENT_RUNNER:
+        runner = _STUDENT_RUNNER.pop()
+        if runner.student == (submission.root, submission.student) and runner.alive():
+            _STUDENT_RUNNER.append(runner)
+            return runner
+        runner.close()
+    runner = StudentRunner(submission)
+    _STUDENT_RUNNER.append(runner)
+    return runner
+
+
+class NotebookJob:
+    """One notebook's clean re-run on its student's runner: sent now, read later (``verdicts``).
+
+    Sent before nbgrader's kernel runs the notebook (``StartSecondOpinion``), so that on a
+    2-core machine the clean re-run and the kernel's run take a core each instead of one after
+    the other. The runner reads only the submitted notebook and the check calls taken from the
+    locked test cells, never anything the kernel produces, so starting it early changes
+    nothing it sees; the scores are still decided after both are done.
+    """
+
+    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
+        self.deadline = time.monotonic() + budget
+        self.runner = _student_runner(submission)
+        try:
+            self.request = self.runner.send(submission, spec)
+        except OSError:  # the runner is gone: a fresh one for this notebook
+            _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+            self.runner = _student_runner(submission)
+            self.request = self.runner.send(submission, spec)
+        self.done = False
+
+    def verdicts(self) -> dict:
+        if self.done:
+            return {}
+        self.done = True
+        results = self.runner.receive(self.request, self.deadline)
+        if results is None:  # dead or over budget: nothing of it may serve the next notebook
+            if self.runner in _STUDENT_RUNNER:
+                _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+            return {}
+        return results
+
+    def close(self) -> None:
+        """Abandoned (its notebook was not graded to the end): the runner may be mid-notebook."""
+        if not self.done:
+            self.done = True
+            if self.runner in _STUDENT_RUNNER:
+                _STUDENT_RUNNER.remove(self.runner)
+            self.runner.close()
+
+
+_RUNNING: set = set()
+_STARTED: dict[tuple, tuple[NotebookJob, _Plan]] = {}  # (student, assignment, notebook) -> (job, plan)
+
+
+@atexit.register
+def _stop_all_runners() -> None:
+    for job in list(_RUNNING):
+        job.close()
+    _STUDENT_RUNNER.clear()
+
+
 def run_runner(submission: sandbox.Submission, spec: dict, budget: float) -> dict:
     """Run opinion_runner.py on ``spec`` (sandboxed unless grading is unsafe); its verdicts."""
-    if sandbox.sandbox_disabled():
-        spec = {**spec, "sandboxed": False}
-        spec_path = Path(submission.scratch) / ".second_opinion.json"
-        prefix: list[str] = []
-        box = None
-    else:
-        box = sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False)
-        spec = {**spec, "sandboxed": True}
-        spec_path = box.private / "spec.json"
-        prefix = box.prefix
-    spec_path.write_text(json.dumps(spec))
-    try:
-        done = subprocess.run(
-            [*prefix, sys.executable, str(RUNNER), str(spec_path)],
-            cwd=submission.scratch,
-            capture_output=True,
-            text=True,
-            timeout=budget,
-        )
-    except subprocess.TimeoutExpired:
-        return {}
-    finally:
-        if box is not None:
-            box.close()
-        else:
-            spec_path.unlink(missing_ok=True)
-    lines = done.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        return {}
+    return RunnerJob(submission, spec, budget).verdicts()
+
+
+def _key(ids: dict) -> tuple:
+    return ids["student"], ids["assignment"], ids["notebook"]
+
+
+class _Plan:
+    """What the second opinion replays for one notebook: its test cells and their check calls."""
+
+    def __init__(self, nb, ids: dict, log):
+        self.submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
+        self.submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
+        self.grade_ids: list[str] = []  # the replayed test cells, in notebook order
+        self.cells: list[dict] = []
+        self.secret_seeds: set[str] = set()
+        for cell in nb.cells:
+            if not is_autograded_test(cell):
+                continue
+            grade_id = cell.metadata["nbgrader"]["grade_id"]
+            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
+            try:
+                self.cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
+                self.grade_ids.append(grade_id)
+                self.secret_seeds.add(str(seed))
+            except (UnsupportedTest, SyntaxError, ValueError) as error:
+                log.warning("second opinion: %s cannot be replayed (%s)", grade_id, error)
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.cells) and self.submitted.is_file()
+
+    def start(self, timeout: int) -> NotebookJob:
+        spec = {"notebook": str(self.submitted), "cells": self.cells, "timeout": timeout}
+        return NotebookJob(self.submission, spec, budget=timeout * len(self.cells) + 120)
+
+
+def _timeout(preprocessor, assignment: str) -> int:
+    return int(preprocessor.slow_assignments.get(assignment, preprocessor.timeout))
 
 
 class SecondOpinion(NbGraderPreprocessor):
@@ -208,29 +424,20 @@ class SecondOpinion(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
-        submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
-        submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
-        tests, cells, secret_seeds = {}, [], set()
-        for cell in nb.cells:
-            if not is_autograded_test(cell):
-                continue
-            grade_id = cell.metadata["nbgrader"]["grade_id"]
-            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
-            try:
-                cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
-                tests[grade_id] = cell
-                secret_seeds.add(str(seed))
-            except (UnsupportedTest, SyntaxError, ValueError) as error:
-                self.log.warning("second opinion: %s cannot be replayed (%s)", grade_id, error)
-        if not cells or not submitted.is_file():
+        job, plan = _STARTED.pop(_key(ids), (None, None))
+        if plan is None:
+            plan = _Plan(nb, ids, self.log)
+            if plan.runnable:
+                job = plan.start(_timeout(self, ids["assignment"]))
+        if job is None:
             return nb, resources
-        timeout = int(self.slow_assignments.get(ids["assignment"], self.timeout))
-        spec = {"notebook": str(submitted), "cells": cells, "timeout": timeout}
-        verdicts = run_runner(submission, spec, budget=timeout * len(cells) + 120)
-        suspicious = scan(nbformat.read(submitted, as_version=4))
+        verdicts = job.verdicts()
+        tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
+        tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
+        suspicious = scan(nbformat.read(plan.submitted, as_version=4))
         lines = [line for cell in tests.values() for line in hidden.hidden_lines(cell.source)]
         parameters = hidden.hidden_parameters(lines)
-        parameters.setdefault("seed", set()).update(secret_seeds)
+        parameters.setdefault("seed", set()).update(plan.secret_seeds)
         self.hide = hidden.Scrubber(lines, parameters)  # what students may not see
         for grade_id, cell in tests.items():
             verdict = verdicts.get(grade_id) or {
@@ -270,3 +477,22 @@ class SecondOpinion(NbGraderPreprocessor):
             log_integrity(ids, f"{grade_id}: kernel failed, clean run passed (kernel's 0 stands; review): {evidence}")
         else:
             log_integrity(ids, f"{grade_id}: flagged in the clean run: {evidence}")
+
+
+class StartSecondOpinion(SecondOpinion):
+    """First autograde step: start the clean re-run now, beside the kernel's run (see NotebookJob).
+
+    Its configuration is SecondOpinion's (``timeout``, ``slow_assignments``: traitlets gives a
+    subclass its parent's section); SecondOpinion takes the job over, and runs one itself where
+    this step is not configured.
+    """
+
+    def preprocess(self, nb, resources):
+        ids = resources["nbgrader"]
+        while _STARTED:  # a notebook nbgrader gave up on: its runner may still be busy with it
+            stale, _ = _STARTED.pop(next(iter(_STARTED)))
+            stale.close()
+        plan = _Plan(nb, ids, self.log)
+        if plan.runnable:
+            _STARTED[_key(ids)] = (plan.start(_timeout(self, ids["assignment"])), plan)
+        return nb, resources
