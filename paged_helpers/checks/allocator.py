@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from ..pool_invariant import PoolReading
-from .report import Hint, call_learner, check, expect_raise, fail
+from .report import Hint, call_learner, check, expect_raise, fail, learner_int, learner_int_list
 
 __all__ = ["check_block_allocator"]
 
@@ -32,7 +32,11 @@ def _state(allocator: object, scenario: str) -> tuple[list[int], list[int], int]
                 "no such attribute",
                 f"BlockAllocator needs `{name}` (see the table at the top of the notebook).",
             )
-    return list(allocator.free), list(allocator.refs), allocator.num_free
+    return (
+        learner_int_list(allocator.free, "free", scenario),
+        learner_int_list(allocator.refs, "refs", scenario),
+        learner_int(allocator.num_free, "num_free", scenario),
+    )
 
 
 def _verify(allocator: object, expected_refs: list[int], scenario: str, lost_hint: str | Hint = "") -> None:
@@ -111,7 +115,7 @@ def _new(allocator_class: type, num_blocks: int, scenario: str) -> object:
 
 def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
     block = call_learner("allocate()", allocator.allocate, scenario=scenario)
-    if not isinstance(block, int) or not 0 <= block < len(refs):
+    if type(block) is not int or not 0 <= block < len(refs):
         fail(
             f"{scenario}: the id allocate() returned",
             f"a block id in 0..{len(refs) - 1}",
@@ -128,11 +132,12 @@ def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
                 "block = self.free.popleft()",
             ),
         )
-    if block in list(allocator.free):
+    free = learner_int_list(allocator.free, "free", scenario)
+    if block in free:
         fail(
             f"{scenario}: allocate() returned block {block}",
             f"block {block} taken off the free list",
-            f"block {block} still on the free list {list(allocator.free)}",
+            f"block {block} still on the free list {free}",
             Hint(
                 "allocate() must take the block off the free list, or it will be handed out again",
                 "block = self.free.popleft()",

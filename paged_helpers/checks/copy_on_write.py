@@ -455,9 +455,10 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hi
             return _after(f"{wrote} (refcount {refs})", COPY_HINT)
         for layer in range(len(cache.k_pool)):
             for name, pool in (("keys", cache.k_pool), ("values", cache.v_pool)):
-                same = torch.equal(
-                    pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
-                )
+                with torch._C.DisableTorchFunction():  # a learner's tensor subclass cannot answer
+                    same = torch.equal(
+                        pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
+                    )
                 if not same:
                     return _after(
                         f"the child's copy (block {child_block}) of the shared block {parent_block} lacks "

@@ -44,6 +44,10 @@ from .report import (
     check,
     fail,
     hint_text,
+    learner_dict,
+    learner_int,
+    learner_int_list,
+    torch_unhooked,
 )
 from .scratch import logit_gap, logit_tolerance, logits_match
 
@@ -72,14 +76,25 @@ def _call(what: str, function, *args, scenario: str, likely: str = "", **kwargs)
         raise
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal with every __torch_function__ override off (learner tensors may carry one)."""
+    with torch_unhooked():
+        return bool(torch.equal(a, b))
+
+
+def _close_plain(got: torch.Tensor, want: torch.Tensor) -> bool:
+    with torch_unhooked():
+        return bool(torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0))
+
+
 # --------------------------------------------------------------------------- accounting
 
 
 def _verify_accounting(cache, num_blocks: int, scenario: str) -> None:
     """Every block in a table has count 1; every other block is free, once; num_free agrees."""
-    tables = {seq: list(table) for seq, table in cache.tables.items()}
+    tables = learner_dict(cache.tables, "cache.tables", scenario, learner_int_list)
     held = Counter(block for table in tables.values() for block in table)
-    reading = PoolReading.of(cache.allocator)
+    reading = PoolReading.of(cache.allocator, scenario)
     refs, free = list(reading.refs), list(reading.free)
     twice = sorted(block for block, count in held.items() if count > 1)
     if twice:
@@ -374,7 +389,7 @@ def _set_batch(cache, seqs: list, num_blocks: int, scenario: str) -> None:
             "set_batch keeps the sequences in the order given: row i of the batch is seqs[i].",
         )
     tensor = getattr(cache, "table_tensor", None)
-    tables = [list(cache.tables[seq]) for seq in seqs]
+    tables = [learner_int_list(cache.tables[seq], f"cache.tables[{seq!r}]", scenario) for seq in seqs]
     width = max(len(table) for table in tables)
     if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2 or tensor.shape[0] != len(seqs):
         got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
@@ -515,7 +530,7 @@ def _verify_placement(cache, write: _Write, layer: int, which: str, new: torch.T
         for t in range(write.new_tokens):
             p = write.starts[row] + t
             block, offset = write.home(seq, p, size)
-            if torch.equal(pools[layer][block, :, offset], new[row, :, t]):
+            if _same(pools[layer][block, :, offset], new[row, :, t]):
                 continue
             found = _locate(pools, new[row, :, t])
             got = f"found at (layer, block, offset) {found[:3]}" if found else "not in the pool"
@@ -524,7 +539,7 @@ def _verify_placement(cache, write: _Write, layer: int, which: str, new: torch.T
                 (write.batch[r], write.starts[r] + u)
                 for r in range(len(write.batch))
                 for u in range(write.new_tokens)
-                if torch.equal(pools[layer][block, :, offset], new[r, :, u])
+                if _same(pools[layer][block, :, offset], new[r, :, u])
             ]
             if not found and occupant:
                 got, hint = _overwritten(write, occupant[0], which, block, offset, size)
@@ -563,7 +578,7 @@ def _verify_lengths(cache, write: _Write, layers: int, where: str) -> None:
     """After every layer has written, lengths[seq] is one past the highest position written for seq."""
     for row, seq in enumerate(write.batch):
         start = write.starts[row]
-        expected, got = start + write.new_tokens, cache.lengths[seq]
+        expected, got = start + write.new_tokens, learner_int(cache.lengths[seq], f"lengths[{seq!r}]", where)
         if got == expected:
             continue
         if got == start:
@@ -698,7 +713,7 @@ def _check_reply(reply, batch: list, written: dict, layer: int, where: str) -> N
                 ("key", keys[row, :, j], history[0, layer, :, p]),
                 ("value", values[row, :, j], history[1, layer, :, p]),
             ):
-                if not torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0):
+                if not _close_plain(got, want):
                     fail(
                         f"{where}: the {name} update returned for {seq!r} at position {p} "
                         f"(row {row}, layer {layer})",
@@ -795,7 +810,7 @@ def _truncate(cache, seq, length: int, num_blocks: int, scenario: str) -> None:
         else:
             hint = "keep the first blocks_needed(length) blocks of the table, in order."
         fail(f"{where}: the table", before[:keep], got, hint)
-    if cache.lengths[seq] != length:
+    if learner_int(cache.lengths[seq], f"lengths[{seq!r}]", where) != length:
         fail(f"{where}: lengths[{seq!r}]", length, cache.lengths[seq], "truncate sets the sequence's length.")
     _verify_accounting(cache, num_blocks, f"{where}, after truncate")
 
