@@ -267,6 +267,18 @@ CLEAN_RUN_CASES = {
         False,
         "took a frame object",
     ),
+    "peeks_through_logging": (
+        _allocator_submission,
+        {"method_line": "        import logging; _ = logging.currentframe().f_back.f_locals"},
+        False,
+        "took a frame object during the check through logging",
+    ),
+    "honest_logging": (
+        _allocator_submission,
+        {"method_line": "        import logging; logging.getLogger('allocator').warning('allocate')"},
+        True,
+        None,
+    ),
     "walks_the_heap": (
         _allocator_submission,
         {"method_line": "        import gc; _ = gc.get_objects()"},
@@ -330,8 +342,12 @@ def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
 @needs_bwrap
 @pytest.mark.parametrize(
     "edits, passes",
-    [({}, True), ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.copy_(x * factor)"}, False)],
-    ids=["honest_kernel", "do_nothing_kernel_plus_torch"],
+    [
+        ({}, True),
+        ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.copy_(x * factor)"}, False),
+        ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.numpy()[:] = x.numpy() * factor"}, False),
+    ],
+    ids=["honest_kernel", "do_nothing_kernel_plus_torch", "do_nothing_kernel_plus_numpy"],
 )
 def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes):
     from autograde_helpers import second_opinion
@@ -345,3 +361,5 @@ def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes
     assert verdict["passed"] is passes, verdict
     if not passes:
         assert any("outside the Triton kernel" in flag for flag in verdict["flags"]), verdict
+        # the check itself refuses it too (so the kernel's run scores 0 as well)
+        assert "changed after the kernel had finished" in verdict["message"], verdict

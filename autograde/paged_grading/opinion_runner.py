@@ -82,6 +82,8 @@ TORCH_MATH = {
     "__truediv__", "max", "amax", "sum", "index_select", "gather", "take_along_dim",
     "copy_", "__setitem__", "from_numpy",
 }  # fmt: skip
+# Torch calls that hand a tensor's data to numpy (or Python) for arithmetic outside the kernel.
+TORCH_TO_NUMPY = {"numpy", "__array__"}
 
 _PRISTINE = {
     "import": builtins.__import__,
@@ -217,6 +219,11 @@ def _torch_math_watch(watch: Watch):
             name = getattr(func, "__name__", "")
             if name in TORCH_MATH and _is_learner(sys._getframe(1)):
                 watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
+            elif name in TORCH_TO_NUMPY and _is_learner(sys._getframe(1)):
+                watch.report(
+                    f"student code took a tensor's values out with Tensor.{name}() in a Triton notebook's check "
+                    "(numpy or Python arithmetic outside the Triton kernel)"
+                )
             return func(*args, **(kwargs or {}))
 
     del torch
