@@ -406,3 +406,28 @@ def test_the_model_stage_alone_catches_a_batch_that_reads_the_wrong_history(righ
 
     with pytest.raises(CheckFailed, match=r"(?s)decode step 1.*the logits of .*from scratch"):
         paged_cache._model_run(update_uses_the_first_row_for_every_sequence(right), random.Random(0), 4)
+
+
+# --------------------------------------------------------------------------- issue 12: hidden scenario kinds
+
+
+def test_hidden_scenarios_catch_a_truncate_that_keeps_a_block():
+    right = solution("03_paged_kv_cache", "PagedKVCache")
+
+    class KeepsOneBlock(right):
+        def truncate(self, seq, length):
+            super().truncate(seq, max(length, 1))
+            self.lengths[seq] = length
+
+    check_paged_kv_cache(KeepsOneBlock, seed=0)  # the visible scenarios never truncate to 0
+    messages = []
+    for seed in range(99000, 99006):
+        check_paged_kv_cache(right, seed=seed, hidden=True)
+        try:
+            check_paged_kv_cache(KeepsOneBlock, seed=seed, hidden=True)
+        except AssertionError as error:
+            messages.append((seed, str(error)))
+    assert messages, "no hidden scenario truncated a sequence to 0"
+    seed, message = messages[0]
+    assert message.startswith("a hidden scenario failed:") and str(seed) not in message, message
+    assert "expected:" not in message

@@ -47,6 +47,7 @@ from .report import (
     learner_dict,
     learner_int,
     learner_int_list,
+    run_hidden_scenarios,
     torch_unhooked,
 )
 from .scratch import logit_gap, logit_tolerance, logits_match
@@ -228,7 +229,9 @@ def _check_blocks_needed(cache, block_size: int) -> None:
 
 def _create(cache, seq, num_blocks: int, scenario: str) -> None:
     _call(f"create({seq!r})", cache.create, seq, scenario=scenario)
-    if cache.tables.get(seq) != [] or cache.lengths.get(seq) != 0:
+    tables = learner_dict(cache.tables, "cache.tables", scenario, learner_int_list)
+    lengths = learner_dict(cache.lengths, "cache.lengths", scenario, learner_int)
+    if tables.get(seq) != [] or lengths.get(seq) != 0:
         fail(
             f"{scenario}: after create({seq!r})",
             "tables[seq] == [] and lengths[seq] == 0",
@@ -252,14 +255,14 @@ def _free(cache, seq, num_blocks: int, scenario: str) -> None:
 def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> None:
     """reserve; the table must then hold exactly blocks_needed(length + new_tokens) blocks (never fewer)."""
     block_size = cache.block_size
-    before = len(cache.tables[seq])
-    length = cache.lengths[seq]
+    before = len(learner_int_list(cache.tables[seq], f"tables[{seq!r}]", scenario))
+    length = learner_int(cache.lengths[seq], f"lengths[{seq!r}]", scenario)
     expected = max(before, ceil_div(length + new_tokens, block_size))
     if hasattr(cache, "blocks_to_add"):
         to_add = _call(
             f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=scenario
         )
-        if to_add != expected - before:
+        if learner_int(to_add, f"blocks_to_add({seq!r}, {new_tokens})", scenario) != expected - before:
             fail(
                 f"{scenario}: blocks_to_add({seq!r}, {new_tokens}) "
                 f"with length {length} and {before} block(s)",
@@ -281,7 +284,7 @@ def _reserve(cache, seq, new_tokens: int, num_blocks: int, scenario: str) -> Non
             f"{error}\n  likely cause: the table needed {expected - before} more block(s) and {free} were "
             f"free, so it fits: {cause}"
         ) from error.__cause__
-    got = len(cache.tables[seq])
+    got = len(learner_int_list(cache.tables[seq], f"tables[{seq!r}]", scenario))
     if got != expected:
         end = length + new_tokens
         if got == before + ceil_div(new_tokens, block_size) and got != expected:
@@ -790,12 +793,12 @@ def _exhaustion(cache, setup: _Setup, seq, scenario: str) -> None:
 
 
 def _truncate(cache, seq, length: int, num_blocks: int, scenario: str) -> None:
-    before = list(cache.tables[seq])
-    old_length = cache.lengths[seq]
+    before = learner_int_list(cache.tables[seq], f"tables[{seq!r}]", scenario)
+    old_length = learner_int(cache.lengths[seq], f"lengths[{seq!r}]", scenario)
     _call(f"truncate({seq!r}, {length})", cache.truncate, seq, length, scenario=scenario)
     keep = ceil_div(length, cache.block_size)
     where = f"{scenario}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
-    got = list(cache.tables[seq])
+    got = learner_int_list(cache.tables[seq], f"tables[{seq!r}]", where)
     if got != before[:keep]:
         if len(got) == keep + 1:
             hint = (
@@ -917,9 +920,114 @@ def _model_run(cache_class: type, rng: random.Random, block_size: int) -> None:
 # --------------------------------------------------------------------------- the check
 
 
+# --------------------------------------------------------------------------- hidden scenarios
+
+
+def _hidden_setup(rng: random.Random, block_sizes: tuple[int, ...]) -> _Setup:
+    return _Setup(layers=1, num_blocks=rng.randint(10, 30), block_size=rng.choice(block_sizes), kv_heads=1, head_dim=2)
+
+
+def _hidden_churn(cache_class: type, rng: random.Random) -> None:
+    """Sequences created, grown (as if written), truncated and freed in a secret order."""
+    from ..device import DEVICE
+
+    scenario = "a hidden scenario"
+    setup = _hidden_setup(rng, (1, 2, 3, 5, 8))
+    cache = _new_cache(cache_class, setup, DEVICE, scenario)
+    names = [f"s{k}" for k in range(rng.randint(3, 7))]
+    live: list[str] = []
+    for _ in range(60):
+        move = rng.choice(["create", "grow", "grow", "grow", "truncate", "free"])
+        if move == "create" or not live:
+            fresh = [name for name in names if name not in live]
+            if fresh:
+                seq = rng.choice(fresh)
+                _create(cache, seq, setup.num_blocks, scenario)
+                live.append(seq)
+            continue
+        seq = rng.choice(live)
+        length, held = cache.lengths[seq], len(cache.tables[seq])
+        if move == "grow":
+            room = (held + cache.allocator.num_free) * setup.block_size - length
+            if room <= 0:
+                continue
+            new_tokens = rng.randint(0, min(room, 3 * setup.block_size))
+            _reserve(cache, seq, new_tokens, setup.num_blocks, scenario)
+            cache.lengths[seq] = length + new_tokens  # as if the forward pass had written them
+        elif move == "truncate":
+            _truncate(cache, seq, rng.randint(0, length), setup.num_blocks, scenario)
+        else:
+            _free(cache, seq, setup.num_blocks, scenario)
+            live.remove(seq)
+    for seq in list(live):
+        _free(cache, seq, setup.num_blocks, scenario)
+
+
+def _hidden_token_by_token(cache_class: type, rng: random.Random) -> None:
+    """One sequence grown a token at a time across block boundaries, rolled back to 0, grown again."""
+    from ..device import DEVICE
+
+    scenario = "a hidden scenario"
+    setup = _hidden_setup(rng, (1, 2, 3, 4, 7))
+    cache = _new_cache(cache_class, setup, DEVICE, scenario)
+    _create(cache, "t", setup.num_blocks, scenario)
+    for _round in range(2):
+        for _ in range(rng.randint(1, min(3 * setup.block_size + 1, setup.num_blocks * setup.block_size))):
+            _reserve(cache, "t", 1, setup.num_blocks, scenario)
+            cache.lengths["t"] += 1
+        _truncate(cache, "t", rng.choice([0, cache.lengths["t"] // 2]), setup.num_blocks, scenario)
+    _free(cache, "t", setup.num_blocks, scenario)
+
+
+def _hidden_full_pool(cache_class: type, rng: random.Random) -> None:
+    """The whole pool handed out to several sequences, then a refused reserve, then everything freed."""
+    from ..device import DEVICE
+
+    scenario = "a hidden scenario"
+    setup = _hidden_setup(rng, (2, 3, 4))
+    cache = _new_cache(cache_class, setup, DEVICE, scenario)
+    seqs = [f"f{k}" for k in range(rng.randint(2, 4))]
+    for seq in seqs:
+        _create(cache, seq, setup.num_blocks, scenario)
+    while cache.allocator.num_free:
+        seq = rng.choice(seqs)
+        tokens = rng.randint(1, cache.allocator.num_free) * setup.block_size
+        _reserve(cache, seq, tokens, setup.num_blocks, scenario)
+        cache.lengths[seq] += tokens
+    seq = rng.choice(seqs)
+    before = CacheSnapshot.of(cache)
+    try:
+        cache.reserve(seq, setup.block_size)
+    except MemoryError:
+        pass
+    except NotImplementedError:
+        _call("reserve", cache.reserve, seq, setup.block_size, scenario=scenario)
+    except Exception as error:
+        fail(scenario, "MemoryError", f"{type(error).__name__}", "an exhausted pool raises MemoryError.")
+    else:
+        fail(scenario, "MemoryError", "no exception", "a reserve that needs a block when none is free must raise MemoryError.")
+    changed = before.changes(CacheSnapshot.of(cache))
+    if changed:
+        fail(scenario, "nothing changed by the refused reserve", "; ".join(changed), "check before allocating anything.")
+    for seq in rng.sample(seqs, len(seqs)):
+        _free(cache, seq, setup.num_blocks, scenario)
+
+
+HIDDEN_KINDS = {
+    "sequences created, grown, truncated and freed in a random order": _hidden_churn,
+    "a sequence grown one token at a time, rolled back and grown again": _hidden_token_by_token,
+    "the whole pool handed out, a refused reserve, then everything freed": _hidden_full_pool,
+}
+
+
 @check(notebook="03_paged_kv_cache", builds="PagedKVCache")
-def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
-    """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache."""
+def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0, hidden: bool = False) -> None:  # noqa: N803
+    """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache.
+
+    ``hidden=True`` (the hidden tests) also runs two of ``HIDDEN_KINDS``, chosen and sized by ``seed``.
+    """
+    if hidden:
+        run_hidden_scenarios(HIDDEN_KINDS, seed, 2, PagedKVCache)
     rng = random.Random(seed)
     block_size = 4 if seed == 0 else rng.choice([2, 3, 4, 8])
     generator = torch.Generator().manual_seed(seed)

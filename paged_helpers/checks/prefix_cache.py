@@ -25,7 +25,7 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import Hint, call_learner, check, fail
+from .report import Hint, call_learner, check, fail, run_hidden_scenarios
 
 __all__ = ["check_prefix_cache"]
 
@@ -570,9 +570,69 @@ def _hit_without_prefill(PrefixCache: Any, PagedKVCache: Any, rng: random.Random
     server.finish()
 
 
+# --------------------------------------------------------------------------- hidden scenarios
+
+
+def _expected_reuse(cached: set[tuple[int, ...]], prompt: list[int]) -> int:
+    """Tokens attach must reuse: whole cached blocks from the start, leaving one token to prefill."""
+    reused = 0
+    while reused + BLOCK <= len(prompt) - 1 and tuple(prompt[: reused + BLOCK]) in cached:
+        reused += BLOCK
+    return reused
+
+
+def _hidden_prefix_tree(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    """Prompts branching off earlier prompts at random points, some still running, none evicted."""
+    server = _Server(PrefixCache, PagedKVCache, 96, "a hidden scenario")
+    cached: set[tuple[int, ...]] = set()
+    prompts: list[list[int]] = []
+    running: list[str] = []
+    for k in range(rng.randint(5, 9)):
+        if prompts and rng.random() < 0.8:
+            parent = rng.choice(prompts)
+            prompt = parent[: rng.randint(0, min(len(parent), 24))]
+        else:
+            prompt = []
+        prompt = prompt + _tokens(rng, rng.randint(1, 12))
+        seq = f"h{k}"
+        server.serve(seq, prompt, f"prompt {k}", reused=_expected_reuse(cached, prompt))
+        cached.update(tuple(prompt[: end]) for end in range(BLOCK, len(prompt) + 1, BLOCK))
+        prompts.append(prompt)
+        running.append(seq)
+        if len(running) > 2 or rng.random() < 0.5:
+            server.free(running.pop(rng.randrange(len(running))))
+    server.finish()
+
+
+def _hidden_exact_multiples(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    """Prompts whose length is a whole number of blocks, served again and extended by one token."""
+    server = _Server(PrefixCache, PagedKVCache, 64, "a hidden scenario")
+    for k in range(rng.randint(2, 4)):
+        prompt = _tokens(rng, BLOCK * rng.randint(1, 4))
+        server.serve(f"m{k}", prompt, f"prompt {k}", reused=0)
+        server.free(f"m{k}")
+        server.serve(f"n{k}", prompt, f"prompt {k} again", reused=len(prompt) - BLOCK, short_hint=LAST_TOKEN_HINT)
+        server.free(f"n{k}")
+        longer = prompt + _tokens(rng, 1)
+        server.serve(f"o{k}", longer, f"prompt {k} plus one token", reused=len(prompt))
+        server.free(f"o{k}")
+    server.finish()
+
+
+HIDDEN_KINDS = {
+    "prompts branching off earlier prompts at random points, some still running": _hidden_prefix_tree,
+    "prompts of a whole number of blocks, served again and extended by one token": _hidden_exact_multiples,
+}
+
+
 @check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
-def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
-    """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
+def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0, hidden: bool = False) -> None:
+    """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules.
+
+    ``hidden=True`` (the hidden tests) also runs ``HIDDEN_KINDS``, sized by ``seed``.
+    """
+    if hidden:
+        run_hidden_scenarios(HIDDEN_KINDS, seed, 2, PrefixCache, PagedKVCache)
     rng = random.Random(seed)
     for scenario in (
         _served_twice,

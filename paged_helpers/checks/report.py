@@ -523,10 +523,6 @@ def strict_equal(got: Any, expected: Any) -> bool:
 
 
 _BUILTIN_VALUES = (int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
-_VALUE_DUNDERS = (
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__",
-    "__iter__", "__contains__", "__getitem__", "__index__", "__int__", "__float__", "__class__",
-)  # fmt: skip
 
 
 def _mro(kind: type) -> tuple[type, ...]:
@@ -560,17 +556,32 @@ def odd_value(value: Any, depth: int = 0) -> str | None:
         return f"an object with its own __torch_function__ ({_type_name(value)})"
     for base in _BUILTIN_VALUES:
         if base in mro:
-            reference = tuple if base is tuple else base
             changed = [
-                n for n in _VALUE_DUNDERS
-                if n != "__class__" and _lookup(kind, n) is not _lookup(reference, n)
-            ]  # fmt: skip
-            if _lookup(kind, "__class__") is not _lookup(object, "__class__"):
-                changed.append("__class__")
+                name
+                for klass in mro[: mro.index(base)]
+                if type.__dict__["__module__"].__get__(klass) not in _TRUSTED_MODULES
+                for name in type.__dict__["__dict__"].__get__(klass)
+                if name.startswith("__") and name.endswith("__") and name not in _HARMLESS_DUNDERS
+            ]
             if changed:
                 return f"a {base.__name__} subclass ({_type_name(value)}) that redefines {', '.join(changed[:3])}"
             return _odd_inside(value, depth)
     return None
+
+
+# Subclasses of builtin values made by the standard library (OrderedDict, defaultdict, Counter):
+# their methods are not the learner's.
+_TRUSTED_MODULES = ("builtins", "collections")
+# What a subclass may define without changing how its values compare, convert, iterate or compute
+# (a namedtuple defines these).
+_HARMLESS_DUNDERS = frozenset(
+    {
+        "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__repr__",
+        "__str__", "__format__", "__init__", "__new__", "__reduce__", "__reduce_ex__", "__getnewargs__",
+        "__annotations__", "__match_args__", "__init_subclass__", "__class_getitem__", "__orig_bases__",
+        "__parameters__", "__firstlineno__", "__static_attributes__",
+    }
+)  # fmt: skip
 
 
 def _odd_inside(value: Any, depth: int) -> str | None:
@@ -599,3 +610,32 @@ def refuse_odd_value(value: Any, what: str, scenario: str = "") -> Any:
             "or tensors, not objects that decide for themselves what they are equal to.",
         )
     return value
+
+
+# ----- hidden scenarios ----------------------------------------------------------------------------
+
+
+def run_hidden_scenarios(kinds: dict[str, Callable[..., None]], seed: int, count: int, *args: Any) -> None:
+    """Run ``count`` of ``kinds`` (description -> scenario function taking ``(*args, rng)``), chosen
+    and sized by ``seed``: the hidden tests' scenarios, which the visible calls never run.
+
+    The graders pass a seed nobody outside the grader knows, so neither which kinds run nor their
+    sizes can be reproduced from a seed a learner can see. A failure names the kind and gives its
+    hint, but none of the scenario's numbers (sizes, block ids, counts come from the secret seed).
+    """
+    import random
+
+    rng = random.Random(f"hidden scenarios/{seed}")
+    for description in rng.sample(sorted(kinds), min(count, len(kinds))):
+        try:
+            kinds[description](*args, rng)
+        except NotImplementedYet:
+            raise
+        except CheckFailed as error:
+            text = str(error)
+            hint = text[text.index("  hint:") :] if "  hint:" in text else "  hint: run the visible scenarios again."
+            raise CheckFailed(
+                f"a hidden scenario failed: {description}.\n"
+                f"  (its sizes and ids are not shown; the visible check passes the same rules on other cases)\n"
+                f"{hint}"
+            ) from error.__cause__
