@@ -397,6 +397,13 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
             0.0,
             "num_free returns an int subclass whose == always says True (it used to pass)",
         ),
+        "capped_share": (
+            replace_in_cell(
+                right, SOLUTION, "        self.refs[block] += 1", "        self.refs[block] = min(self.refs[block] + 1, 7)"
+            ),
+            0.0,
+            "share() stops counting at 7: the visible scenarios pass, a hidden-only scenario kind fails",
+        ),
         "escapes_right": (
             insert_cell_after(right, SOLUTION, ESCAPES),
             FULL,
@@ -512,6 +519,15 @@ def test_values_that_compare_equal_to_anything_are_refused(bad_class):
     messages = errors_of(autograded_notebook(root, "always_equal", A), TEST)
     assert any("num_free" in m and "a value of type" in m and "AlwaysEqual" in m for m in messages), messages
     assert "a value of type" in feedback_text(root, "always_equal", A)
+
+
+def test_hidden_only_scenarios_fail_without_naming_their_parameters(bad_class):
+    root = bad_class[0]
+    notebook = autograded_notebook(root, "capped_share", A)
+    messages = errors_of(notebook, TEST)
+    assert any("a hidden scenario failed: one block shared by many tables" in m for m in messages), messages
+    text = feedback_text(root, "capped_share", A)
+    assert "a hidden scenario failed" in text and "2026" not in text
 
 
 def test_honest_students_are_not_flagged(bad_class):
