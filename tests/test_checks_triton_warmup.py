@@ -256,3 +256,29 @@ def test_numpy_around_a_do_nothing_launch_fails():
     ):
         with pytest.raises(AssertionError, match=words):
             check_scale_kernel(launcher)
+
+
+def test_a_kernel_object_that_computes_in_python_fails():
+    """A KernelInterface of the learner's own (or Triton's with run replaced) "launches" numpy code."""
+    from triton.runtime.jit import KernelInterface
+
+    class NumpyKernel(KernelInterface):
+        def run(self, x, out, n, factor, BLOCK, grid=None, warmup=False):
+            out.numpy()[:] = x.numpy() * factor
+
+    fake = NumpyKernel()
+
+    def launcher(x, out, factor, block=8):
+        fake[(1,)](x, out, x.numel(), factor, BLOCK=block)
+        return out
+
+    with pytest.raises(AssertionError, match="not Triton's kernel"):
+        check_scale_kernel(launcher)
+
+    right = solution(NOTEBOOK, "scale")
+    kernel = right.__globals__["scale_kernel"]
+    patched_class = type("PatchedRun", (type(kernel),), {"run": NumpyKernel.run, "__module__": type(kernel).__module__})
+    patched = object.__new__(patched_class)
+    patched.__dict__.update(kernel.__dict__)
+    with pytest.raises(AssertionError, match="not Triton's kernel"):
+        check_scale_kernel(launcher_with("scale", "scale_kernel", patched))

@@ -46,7 +46,7 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .report import CheckFailed, NotImplementedYet, check, fail, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 
@@ -117,12 +117,13 @@ def _watched(launcher: Callable) -> Callable:
 
         from ..reference import attention
 
-        counts = {"launches": 0, "reference": 0}
+        counts = {"launches": 0, "reference": 0, "not_triton": 0}
         original_getitem, original_gather = jit.KernelInterface.__getitem__, attention.gather_history
         seen = _LaunchedTensors()
 
         def counting_getitem(kernel, grid):
             counts["launches"] += 1
+            counts["not_triton"] += not genuine_triton_kernel(kernel)
             return seen.watch(original_getitem(kernel, grid))
 
         def counting_gather(*gather_args, **gather_kwargs):
@@ -137,9 +138,8 @@ def _watched(launcher: Callable) -> Callable:
         finally:
             jit.KernelInterface.__getitem__ = original_getitem
             attention.gather_history = original_gather
-        return (
-            result, counts["launches"], counts["reference"], allocations.report(result), seen.provenance(result)
-        )
+        provenance = {**seen.provenance(result), "not_triton": counts["not_triton"]}
+        return result, counts["launches"], counts["reference"], allocations.report(result), provenance
 
     return call
 
@@ -186,7 +186,7 @@ class _LaunchedTensors:
             for _, key in sorted(candidates):
                 after = self.after[key].to(result.dtype)
                 if torch.equal(torch.nan_to_num(after, nan=0.5), torch.nan_to_num(result.detach(), nan=0.5)):
-                    return {"written": True, "why": "", "before": self.before[key].to(result.dtype)}
+                    return {"written": True, "why": "", "before": self.before[key].to(result.dtype).cpu()}
             if candidates:
                 why = "it changed after your kernel's last launch that received it"
             else:
@@ -304,6 +304,13 @@ def _run_learner(
         )
     if type(result) is not torch.Tensor:
         fail(scenario, "a torch.Tensor", f"a {type(result).__name__} (a tensor subclass)", f"{what} must return the plain output tensor it filled.")
+    if provenance["not_triton"]:
+        fail(
+            scenario,
+            "launches of your @triton.jit kernel",
+            "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
+            f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
+        )
     if from_kernel and not provenance["written"]:
         fail(
             scenario,

@@ -612,6 +612,27 @@ def refuse_odd_value(value: Any, what: str, scenario: str = "") -> Any:
     return value
 
 
+def genuine_triton_kernel(kernel: Any) -> bool:
+    """Whether a launched object is Triton's own kernel (jit, interpreter, autotuner), with Triton's own
+    ``run`` and ``__call__``: a kernel object of the learner's class, or one whose ``run`` was replaced,
+    could compute the answer in Python while it "launches"."""
+    import os
+
+    triton = sys.modules.get("triton")
+    if triton is None:
+        return False
+    root = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+    kind = type(kernel)
+    if not str(type.__dict__["__module__"].__get__(kind)).startswith("triton."):
+        return False
+    for name in ("run", "__call__"):
+        function = _lookup(kind, name)
+        code = getattr(function, "__code__", None)
+        if code is not None and not os.path.abspath(code.co_filename).startswith(root):
+            return False
+    return True
+
+
 # ----- hidden scenarios ----------------------------------------------------------------------------
 
 

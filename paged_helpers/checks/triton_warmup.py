@@ -27,7 +27,7 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
-from .report import CheckFailed, NotImplementedYet, check, fail, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
 
@@ -94,6 +94,7 @@ def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...])
         # own writes lie between, so any other change to them was made outside the kernel.
         first_before: list[tuple] = []
         last_after: list[tuple] = []
+        not_triton: list[str] = []
 
         def snapshot() -> tuple:
             with torch._C.DisableTorchFunction():
@@ -102,6 +103,8 @@ def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...])
         def counting(kernel, grid):
             nonlocal launches
             launches += 1
+            if not genuine_triton_kernel(kernel):
+                not_triton.append(type(kernel).__name__)
             launch = original(kernel, grid)
 
             def run(*launch_args, **launch_kwargs):
@@ -124,6 +127,7 @@ def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...])
             tuple(output.buffer for output in outputs),
             first_before[0] if first_before else None,
             last_after[0] if last_after else None,
+            bool(not_triton),
         )
 
     return call
@@ -166,7 +170,7 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
             f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
             f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}"
         )
-    _, launches, buffers, first_before, last_after = outcome.value
+    _, launches, buffers, first_before, last_after, not_triton = outcome.value
     buffers = tuple(buffer.cpu() for buffer in buffers)
     if launches == 0:
         fail(
@@ -174,6 +178,13 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
             "one Triton kernel launch (kernel[grid](...))",
             "no launch",
             f"{what} returned without launching the kernel: the answer must come from your kernel.",
+        )
+    if not_triton:
+        fail(
+            scenario,
+            "a launch of your @triton.jit kernel",
+            "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
+            f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
         )
     _require_written_by_the_kernel(scenario, what, initial, buffers, first_before, last_after)
     return buffers
