@@ -27,7 +27,20 @@ from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..pool_invariant import PoolReading
 from ..workloads import fork_prompt
-from .report import CacheSnapshot, Hint, call_learner, ceil_div, check, expect_raise, fail
+from .report import (
+    CacheSnapshot,
+    Hint,
+    call_learner,
+    ceil_div,
+    check,
+    expect_raise,
+    fail,
+    learner_dict,
+    learner_int,
+    learner_int_list,
+    learner_tensor,
+    torch_unhooked,
+)
 from .scratch import logit_gap, logits_match
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
@@ -101,7 +114,20 @@ class _Scene:
         return self.cache.allocator
 
     def holders(self, block: int, besides: str | None = None) -> list[str]:
-        return [seq for seq, table in self.cache.tables.items() if block in table and seq != besides]
+        return [seq for seq, table in self._tables().items() if block in table and seq != besides]
+
+    # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
+    def _tables(self) -> dict:
+        return learner_dict(self.cache.tables, "cache.tables", self.scenario, learner_int_list)
+
+    def _length(self, seq: str) -> int:
+        return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
+
+    def _refs(self) -> list[int]:
+        return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
+
+    def _num_free(self) -> int:
+        return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -111,7 +137,7 @@ class _Scene:
 
     def fork(self, parent: str, child: str) -> None:
         where = f"{self.scenario}, fork({parent!r}, {child!r})"
-        free_before = self.allocator.num_free
+        free_before = self._num_free()
         call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=self.scenario)
         tables = self.cache.tables
         if child not in tables or child not in self.cache.lengths:
@@ -129,21 +155,22 @@ class _Scene:
                 "copy the list (list(tables[parent])): when the child later copies a block, replacing "
                 "an entry of a shared list object would rewrite the parent's table too",
             )
-        if list(tables[child]) != list(tables[parent]):
+        tables = self._tables()
+        if tables[child] != tables[parent]:
             fail(
                 where,
                 f"the child's table names the parent's blocks {tables[parent]}",
                 f"{tables[child]}",
                 "a fork shares data: the child's table lists exactly the parent's blocks, in order",
             )
-        if self.cache.lengths[child] != self.cache.lengths[parent]:
+        if self._length(child) != self._length(parent):
             fail(
                 where,
                 f"lengths[{child!r}] == {self.cache.lengths[parent]} (the parent's)",
                 f"{self.cache.lengths[child]}",
                 "the child starts with every token the parent has",
             )
-        if self.allocator.num_free != free_before:
+        if self._num_free() != free_before:
             fail(
                 where,
                 f"{free_before} free blocks (a fork allocates nothing)",
@@ -162,15 +189,15 @@ class _Scene:
         """reserve(seq, count) checked block by block, then the stand-in forward pass writes."""
         cache, what = self.cache, f"reserve({seq!r}, {count})"
         where = f"{self.scenario}, {what}"
-        length, before = cache.lengths[seq], list(cache.tables[seq])
-        refs_before = list(self.allocator.refs)
+        length, before = self._length(seq), self._tables()[seq]
+        refs_before = self._refs()
         written = range(length // BLOCK, ceil_div(length + count, BLOCK))  # table indices written
         shared = [i for i in written if i < len(before) and self.holders(before[i], besides=seq)]
         wanted_new = max(0, ceil_div(length + count, BLOCK) - len(before))
-        free_before = self.allocator.num_free
+        free_before = self._num_free()
 
         call_learner(what, cache.reserve, seq, count, scenario=self.scenario)
-        table = cache.tables[seq]
+        table = self._tables()[seq]
         if len(table) < written.stop:
             fail(
                 where,
@@ -205,10 +232,10 @@ class _Scene:
                     where,
                     f"position(s) {length}..{length + count - 1} of {seq!r} in blocks only {seq!r} uses",
                     f"block {block} (table index {index}) is still shared with {others}, refcount "
-                    f"{self.allocator.refs[block]}",
+                    f"{self._refs()[block]}",
                     COPY_HINT,
                 )
-        used = free_before - self.allocator.num_free
+        used = free_before - self._num_free()
         if used != len(shared) + wanted_new:
             fail(
                 where,
@@ -263,8 +290,8 @@ class _Scene:
     def finish(self) -> None:
         for seq in list(self.history):
             self.free(seq)
-        if self.allocator.num_free != self.num_blocks:
-            stuck = [b for b, refs in enumerate(self.allocator.refs) if refs]
+        if self._num_free() != self.num_blocks:
+            stuck = [b for b, refs in enumerate(self._refs()) if refs]
             fail(
                 f"{self.scenario}, after every sequence was freed",
                 f"all {self.num_blocks} blocks free",
@@ -275,7 +302,7 @@ class _Scene:
     def _store(self, seq: str, count: int) -> None:
         """The stand-in forward pass: write keys and values of ``count`` new tokens of ``seq``."""
         self.writers.setdefault(seq, len(self.writers) + 1)
-        table, length = self.cache.tables[seq], self.cache.lengths[seq]
+        table, length = self._tables()[seq], self._length(seq)
         for position in range(length, length + count):
             base = 1000 * self.writers[seq] + position
             block, offset = table[position // BLOCK], position % BLOCK
@@ -290,9 +317,10 @@ class _Scene:
     # -- what must hold after every step ------------------------------------------------------
 
     def expect_refcounts(self, after: str, too_high: str, too_low: str) -> None:
+        all_refs = self._refs()
         for block in range(self.num_blocks):
             holders = self.holders(block)
-            refs = self.allocator.refs[block]
+            refs = all_refs[block]
             if refs != len(holders):
                 hint = too_high if refs > len(holders) else too_low
                 fail(
@@ -302,7 +330,7 @@ class _Scene:
                     hint,
                 )
         # The counts match the tables here, so the pool's own invariant says what the free list must be.
-        reading = PoolReading.of(self.allocator)
+        reading = PoolReading.of(self.allocator, self.scenario)
         unused = [block for block in range(self.num_blocks) if not self.holders(block)]
         if sorted(reading.free) != unused:
             fail(
@@ -318,7 +346,7 @@ class _Scene:
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
         copied = copied or {}
         for seq, bases in self.history.items():
-            table = self.cache.tables[seq]
+            table = self._tables()[seq]
             for position, base in enumerate(bases):
                 block, offset = table[position // BLOCK], position % BLOCK
                 for layer in range(LAYERS):
@@ -326,8 +354,11 @@ class _Scene:
                         ("keys", self.cache.k_pool, _key(base, layer)),
                         ("values", self.cache.v_pool, _value(base, layer)),
                     ):
-                        found = pool[layer][block, :, offset]
-                        if bool((found == want).all()):
+                        layer_pool = learner_tensor(pool[layer], f"cache.{pool_name[0]}_pool[{layer}]", self.scenario)
+                        with torch_unhooked():
+                            found = layer_pool[block, :, offset]
+                            same = bool((found == want).all())
+                        if same:
                             continue
                         self._report_history(after, seq, position, layer, pool_name, block, found, copied)
 
