@@ -23,9 +23,19 @@ class PoolReading:
     num_free: int
 
     @classmethod
-    def of(cls, allocator: Any) -> PoolReading:
-        """Read ``allocator.refs``, ``allocator.free`` and ``allocator.num_free``."""
-        return cls(tuple(allocator.refs), tuple(allocator.free), allocator.num_free)
+    def of(cls, allocator: Any, scenario: str = "") -> PoolReading:
+        """Read ``allocator.refs``, ``allocator.free`` and ``allocator.num_free`` as plain ints.
+
+        Anything else (an int subclass, an object that says it equals everything) fails as a
+        ``CheckFailed`` naming what was expected (``checks.report.learner_int_list``).
+        """
+        from .checks.report import learner_int, learner_int_list
+
+        return cls(
+            tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),
+            tuple(learner_int_list(allocator.free, "allocator.free", scenario)),
+            learner_int(allocator.num_free, "allocator.num_free", scenario),
+        )
 
     def times_on_free_list(self, block: int) -> int:
         return Counter(self.free)[block]

@@ -170,6 +170,22 @@ PEEK_AT_THE_CHECKER = """\
         import sys
         checker_locals = dict(sys._getframe(1).f_locals)"""
 
+# A library function that hands the learner its own frame (not audited as the learner's
+# sys._getframe): the frame's f_back, which is never audited, is the checker's.
+PEEK_THROUGH_LOGGING = """\
+        import logging
+        checker_locals = dict(logging.currentframe().f_back.f_locals)"""
+
+# An int subclass that says it equals everything: the check must not compare with it.
+ALWAYS_EQUAL = """\
+class AlwaysEqual(int):
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    __hash__ = int.__hash__
+"""
+
 ESCAPES = f"""\
 import glob, os, pathlib, site, socket, sqlite3, sys
 for path in glob.glob("../../../source/*/*.ipynb") + glob.glob({str(ROOT / "notebooks")!r} + "/*.ipynb"):
@@ -362,6 +378,32 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
             0.0,
             "a right allocator that reads the checker's stack frames",
         ),
+        "peeks_through_logging": (
+            replace_in_cell(
+                right,
+                SOLUTION,
+                "        block = self.free.popleft()",
+                PEEK_THROUGH_LOGGING + "\n        block = self.free.popleft()",
+            ),
+            0.0,
+            "a right allocator that reads the checker's locals through logging.currentframe().f_back",
+        ),
+        "always_equal": (
+            insert_cell_after(
+                replace_in_cell(right, SOLUTION, "        return len(self.free)", "        return AlwaysEqual(0)"),
+                SOLUTION,
+                ALWAYS_EQUAL,
+            ),
+            0.0,
+            "num_free returns an int subclass whose == always says True (it used to pass)",
+        ),
+        "capped_share": (
+            replace_in_cell(
+                right, SOLUTION, "        self.refs[block] += 1", "        self.refs[block] = min(self.refs[block] + 1, 7)"
+            ),
+            0.0,
+            "share() stops counting at 7: the visible scenarios pass, a hidden-only scenario kind fails",
+        ),
         "escapes_right": (
             insert_cell_after(right, SOLUTION, ESCAPES),
             FULL,
@@ -452,6 +494,7 @@ CAUGHT_BY_THE_SECOND_OPINION = {
     "execute_result_first": "display / output hooks",
     "ast_transformer": "an IPython AST transformer",
     "peeks_at_the_checker": "took a frame object",
+    "peeks_through_logging": "took a frame object",
 }
 
 
@@ -469,6 +512,22 @@ def test_tricks_that_fool_the_kernel_are_caught_by_the_clean_run(bad_class, stud
     messages = errors_of(autograded_notebook(root, student, A), TEST)
     assert messages[0].startswith("SecondOpinion: this test passed in your notebook"), messages
     assert "SecondOpinion" in feedback_text(root, student, A)
+
+
+def test_values_that_compare_equal_to_anything_are_refused(bad_class):
+    root = bad_class[0]
+    messages = errors_of(autograded_notebook(root, "always_equal", A), TEST)
+    assert any("num_free" in m and "a value of type" in m and "AlwaysEqual" in m for m in messages), messages
+    assert "a value of type" in feedback_text(root, "always_equal", A)
+
+
+def test_hidden_only_scenarios_fail_without_naming_their_parameters(bad_class):
+    root = bad_class[0]
+    notebook = autograded_notebook(root, "capped_share", A)
+    messages = errors_of(notebook, TEST)
+    assert any("a hidden scenario failed: one block shared by many tables" in m for m in messages), messages
+    text = feedback_text(root, "capped_share", A)
+    assert "a hidden scenario failed" in text and "2026" not in text
 
 
 def test_honest_students_are_not_flagged(bad_class):

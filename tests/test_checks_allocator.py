@@ -191,3 +191,76 @@ def test_the_solution_refuses_bad_input_without_losing_anything(right):
     with pytest.raises(RuntimeError):
         allocator.share(2)
     assert allocator.refs == [1, 0, 0] and list(allocator.free) == [1, 2] and block == 0
+
+
+# --------------------------------------------------------------------------- issue 12: strict values, hidden kinds
+
+
+class _AlwaysEqual(int):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
+def test_values_that_equal_everything_are_refused(right):
+    class FakeCount(right):
+        @property
+        def num_free(self):
+            return _AlwaysEqual(0)
+
+    class FakeRefs(right):
+        def __init__(self, num_blocks):
+            super().__init__(num_blocks)
+            self.refs = [_AlwaysEqual(0)] * num_blocks
+
+    for wrong, name in ((FakeCount, "num_free"), (FakeRefs, "refs")):
+        with pytest.raises(AssertionError, match=rf"(?s){name}.*a value of type .*_AlwaysEqual"):
+            check_block_allocator(wrong)
+
+
+def test_an_allocate_returning_an_odd_int_is_refused(right):
+    class OddBlock(right):
+        def allocate(self):
+            return _AlwaysEqual(super().allocate())
+
+    with pytest.raises(AssertionError, match="int subclass"):
+        check_block_allocator(OddBlock)
+
+
+def _capped_share(right):
+    class CappedShare(right):
+        """Counts held in a small counter: the eighth table sharing a block is not counted."""
+
+        def share(self, block):
+            self._check_block(block)
+            if self.refs[block] == 0:
+                raise RuntimeError(f"block {block} is free")
+            self.refs[block] = min(self.refs[block] + 1, 7)
+
+    return CappedShare
+
+
+def test_hidden_scenarios_catch_what_the_visible_ones_miss(right, capsys):
+    wrong = _capped_share(right)
+    for seed in (0, 2026):
+        check_block_allocator(wrong, seed=seed)  # the visible scenarios and the kernel's hidden seed pass
+    failures = []
+    for seed in range(123456, 123466):  # as a grader's secret seeds would be
+        try:
+            check_block_allocator(wrong, seed=seed, hidden=True)
+        except AssertionError as error:
+            failures.append((seed, str(error)))
+    assert failures, "no hidden scenario caught a share() that stops counting at 7"
+    seed, message = failures[0]
+    assert message.startswith("a hidden scenario failed: one block shared by many tables"), message
+    assert str(seed) not in message and "pool of" not in message and "expected:" not in message, message
+    assert "add 1 to its count" in message
+
+
+def test_the_instructor_solution_passes_the_hidden_scenarios(right):
+    for seed in (5, 77, 2026, 123457):
+        check_block_allocator(right, seed=seed, hidden=True)

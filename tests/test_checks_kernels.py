@@ -13,6 +13,8 @@ import itertools
 import nbformat
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from paged_helpers.checks import (
     CheckFailed,
@@ -579,3 +581,94 @@ def test_the_negative_scenarios_are_all_far_below_zero():
     inputs = prefill_inputs(prefill, torch.float32)
     scores = torch.einsum("thd,nsd->thns", inputs.q, inputs.k_pool[:, 0]) / prefill.head_dim**0.5
     assert float(scores.max()) < -104
+
+
+# --------------------------------------------------------------------------- answers computed outside the kernel (issue 12)
+
+
+def _numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size):
+    """Decode attention in numpy: what a launcher could compute without its kernel."""
+    import numpy as np
+
+    q_, k_, v_ = (t.detach().double().cpu().numpy() for t in (q, k_pool, v_pool))
+    tables, lens = block_tables.cpu().numpy(), lengths.cpu().numpy()
+    batch, q_heads, head_dim = q_.shape
+    group = q_heads // k_.shape[1]
+    out = np.zeros((batch, q_heads, head_dim))
+    for b in range(batch):
+        positions = np.arange(int(lens[b]))
+        blocks, slots = tables[b][positions // block_size], positions % block_size
+        for h in range(q_heads):
+            keys, values = k_[blocks, h // group, slots], v_[blocks, h // group, slots]
+            scores = keys @ q_[b, h] / np.sqrt(head_dim)
+            weights = np.exp(scores - scores.max())
+            out[b, h] = (weights / weights.sum()) @ values
+    return out
+
+
+@triton.jit
+def _do_nothing_kernel(x_ptr):
+    tl.program_id(0)
+
+
+def _numpy_after_launch(q, k_pool, v_pool, block_tables, lengths, block_size):
+    out = torch.empty_like(q)
+    _do_nothing_kernel[(1,)](out)
+    out.numpy()[:] = _numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size)
+    return out
+
+
+def _numpy_before_launch(q, k_pool, v_pool, block_tables, lengths, block_size):
+    out = torch.empty_like(q)
+    out.numpy()[:] = _numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size)
+    _do_nothing_kernel[(1,)](out)
+    return out
+
+
+def _numpy_in_a_fresh_tensor(q, k_pool, v_pool, block_tables, lengths, block_size):
+    _do_nothing_kernel[(1,)](q)
+    return torch.from_numpy(_numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size)).to(q.dtype)
+
+
+class _AlwaysClose(torch.Tensor):
+    """A tensor subclass that answers torch.allclose / torch.equal with True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _returns_a_lying_subclass(q, k_pool, v_pool, block_tables, lengths, block_size):
+    out = torch.zeros_like(q)
+    _do_nothing_kernel[(1,)](out)
+    return out.as_subclass(_AlwaysClose)
+
+
+@needs_isolation
+@pytest.mark.parametrize(
+    "launcher, words",
+    [
+        (_numpy_after_launch, "changed after your kernel's last launch"),
+        (_numpy_before_launch, "already held the answer before your kernel was launched"),
+        (_numpy_in_a_fresh_tensor, "was not written by a kernel"),
+        (_returns_a_lying_subclass, "a tensor subclass"),
+    ],
+    ids=["numpy_after_launch", "numpy_before_launch", "numpy_in_a_fresh_tensor", "lying_tensor_subclass"],
+)
+def test_decode_check_refuses_an_answer_computed_outside_the_kernel(launcher, words):
+    message = message_of(check_paged_decode, launcher)
+    assert words in message, message
+
+
+def test_a_launch_finished_in_numpy_is_refused():
+    right = solution(DECODE, "paged_decode_attention")
+
+    def kernel_then_numpy(q, k_pool, v_pool, block_tables, lengths, block_size):
+        out = right(q, k_pool, v_pool, block_tables, lengths, block_size)
+        half = q.shape[1] // 2
+        out.numpy()[:, half:] = _numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size)[:, half:]
+        return out
+
+    assert "changed after your kernel's last launch" in message_of(check_paged_decode, kernel_then_numpy)

@@ -437,3 +437,63 @@ def test_the_model_stage_alone_catches_a_batch_that_reads_the_wrong_history(righ
 
     with pytest.raises(CheckFailed, match=r"(?s)decode step 1.*the logits of .*from scratch"):
         paged_cache._model_run(update_uses_the_first_row_for_every_sequence(right), random.Random(0), 4)
+
+
+# --------------------------------------------------------------------------- issue 12: hidden scenario kinds
+
+
+def test_hidden_scenarios_catch_a_truncate_that_keeps_a_block():
+    right = solution("03_paged_kv_cache", "PagedKVCache")
+
+    class KeepsOneBlock(right):
+        def truncate(self, seq, length):
+            super().truncate(seq, max(length, 1))
+            self.lengths[seq] = length
+
+    check_paged_kv_cache(KeepsOneBlock, seed=0)  # the visible scenarios never truncate to 0
+    messages = []
+    for seed in range(99000, 99006):
+        check_paged_kv_cache(right, seed=seed, hidden=True)
+        try:
+            check_paged_kv_cache(KeepsOneBlock, seed=seed, hidden=True)
+        except AssertionError as error:
+            messages.append((seed, str(error)))
+    assert messages, "no hidden scenario truncated a sequence to 0"
+    seed, message = messages[0]
+    assert message.startswith("a hidden scenario failed:") and str(seed) not in message, message
+    assert "expected:" not in message
+
+
+def test_tensor_comparisons_ignore_a_lying_mode_or_subclass():
+    """A torch function mode the learner's code left active, or a tensor subclass, cannot answer for torch."""
+    from torch.overrides import TorchFunctionMode
+
+    from paged_helpers.checks.report import odd_value, strict_allclose, strict_equal
+    from paged_helpers.checks.scratch import logit_gap
+
+    class SaysClose(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("allclose", "equal", "max", "isnan", "any"):
+                return torch.tensor(True) if func.__name__ in ("isnan", "any") else True
+            return func(*args, **(kwargs or {}))
+
+    a, b = torch.zeros(3), torch.ones(3)
+    mode = SaysClose()
+    mode.__enter__()
+    try:
+        assert torch.allclose(a, b)  # what a check used to see
+        assert not strict_allclose(a, b, atol=1e-6, rtol=0)
+        assert not strict_equal(a, b)
+        assert logit_gap(a, b) == 1.0
+    finally:
+        mode.__exit__(None, None, None)
+
+    class Lying(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("allclose", "equal"):
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    lying = b.as_subclass(Lying)
+    assert not strict_allclose(lying, a, atol=1e-6, rtol=0) and "subclass" in odd_value(lying)

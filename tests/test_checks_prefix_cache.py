@@ -214,3 +214,28 @@ def test_release_says_not_implemented_yet(tmp_path, right):
     released = release_definition(tmp_path, NOTEBOOK, "PrefixCache", finished=finished)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_prefix_cache(released, right[1])
+
+
+# --------------------------------------------------------------------------- issue 12: hidden scenario kinds
+
+
+def test_hidden_scenarios_catch_an_attach_that_looks_at_three_blocks_only():
+    prefix_cache = solution("05_prefix_caching", "PrefixCache")
+    cache = solution("04_fork_and_copy_on_write", "PagedKVCache")
+
+    class ShortSighted(prefix_cache):
+        def attach(self, seq, prompt):
+            return super().attach(seq, list(prompt)[:13])
+
+    check_prefix_cache(ShortSighted, cache, seed=0)  # the visible prompts reuse at most 3 blocks
+    messages = []
+    for seed in range(4242, 4250):
+        check_prefix_cache(prefix_cache, cache, seed=seed, hidden=True)
+        try:
+            check_prefix_cache(ShortSighted, cache, seed=seed, hidden=True)
+        except AssertionError as error:
+            messages.append((seed, str(error)))
+    assert messages, "no hidden prompt reused more than 3 blocks"
+    seed, message = messages[0]
+    assert message.startswith("a hidden scenario failed: prompts "), message
+    assert str(seed) not in message and "expected:" not in message, message

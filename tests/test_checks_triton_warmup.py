@@ -221,3 +221,64 @@ def test_a_launcher_that_skips_the_kernel_fails():
 
     with pytest.raises(AssertionError, match="without launching the kernel"):
         check_scale_kernel(torch_only)
+
+
+@triton.jit
+def scale_does_nothing(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    tl.program_id(0)
+
+
+def test_numpy_around_a_do_nothing_launch_fails():
+    """The answer computed in numpy (not torch: the second opinion's torch watch would not see it),
+    written after or before a launch that does nothing, or next to a launch that does half."""
+
+    def numpy_after(x, out, factor, block=8):
+        scale_does_nothing[(1,)](x, out, x.numel(), factor, BLOCK=block)
+        out.numpy()[:] = x.numpy() * factor
+        return out
+
+    def numpy_before(x, out, factor, block=8):
+        out.numpy()[:] = x.numpy() * factor
+        scale_does_nothing[(1,)](x, out, x.numel(), factor, BLOCK=block)
+        return out
+
+    right = solution(NOTEBOOK, "scale")
+
+    def half_then_numpy(x, out, factor, block=8):
+        right(x[: x.numel() // 2], out[: x.numel() // 2], factor, block)
+        out.numpy()[x.numel() // 2 :] = x.numpy()[x.numel() // 2 :] * factor
+        return out
+
+    for launcher, words in (
+        (numpy_after, "changed after the kernel had finished"),
+        (numpy_before, "already changed before the kernel was launched"),
+        (half_then_numpy, "changed after the kernel had finished"),
+    ):
+        with pytest.raises(AssertionError, match=words):
+            check_scale_kernel(launcher)
+
+
+def test_a_kernel_object_that_computes_in_python_fails():
+    """A KernelInterface of the learner's own (or Triton's with run replaced) "launches" numpy code."""
+    from triton.runtime.jit import KernelInterface
+
+    class NumpyKernel(KernelInterface):
+        def run(self, x, out, n, factor, BLOCK, grid=None, warmup=False):
+            out.numpy()[:] = x.numpy() * factor
+
+    fake = NumpyKernel()
+
+    def launcher(x, out, factor, block=8):
+        fake[(1,)](x, out, x.numel(), factor, BLOCK=block)
+        return out
+
+    with pytest.raises(AssertionError, match="not Triton's kernel"):
+        check_scale_kernel(launcher)
+
+    right = solution(NOTEBOOK, "scale")
+    kernel = right.__globals__["scale_kernel"]
+    patched_class = type("PatchedRun", (type(kernel),), {"run": NumpyKernel.run, "__module__": type(kernel).__module__})
+    patched = object.__new__(patched_class)
+    patched.__dict__.update(kernel.__dict__)
+    with pytest.raises(AssertionError, match="not Triton's kernel"):
+        check_scale_kernel(launcher_with("scale", "scale_kernel", patched))

@@ -5,10 +5,12 @@ shows of a test cell. The same defences are exercised end to end in test_bad_sub
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from nbformat.v4 import new_code_cell, new_output
@@ -267,6 +269,18 @@ CLEAN_RUN_CASES = {
         False,
         "took a frame object",
     ),
+    "peeks_through_logging": (
+        _allocator_submission,
+        {"method_line": "        import logging; _ = logging.currentframe().f_back.f_locals"},
+        False,
+        "took a frame object during the check through logging",
+    ),
+    "honest_logging": (
+        _allocator_submission,
+        {"method_line": "        import logging; logging.getLogger('allocator').warning('allocate')"},
+        True,
+        None,
+    ),
     "walks_the_heap": (
         _allocator_submission,
         {"method_line": "        import gc; _ = gc.get_objects()"},
@@ -362,8 +376,12 @@ def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
 @needs_bwrap
 @pytest.mark.parametrize(
     "edits, passes",
-    [({}, True), ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.copy_(x * factor)"}, False)],
-    ids=["honest_kernel", "do_nothing_kernel_plus_torch"],
+    [
+        ({}, True),
+        ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.copy_(x * factor)"}, False),
+        ({"kernel_body": "    tl.program_id(0)\n", "launcher_line": "    out.numpy()[:] = x.numpy() * factor"}, False),
+    ],
+    ids=["honest_kernel", "do_nothing_kernel_plus_torch", "do_nothing_kernel_plus_numpy"],
 )
 def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes):
     from autograde_helpers import second_opinion
@@ -377,3 +395,110 @@ def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes
     assert verdict["passed"] is passes, verdict
     if not passes:
         assert any("outside the Triton kernel" in flag for flag in verdict["flags"]), verdict
+        # the check itself refuses it too (so the kernel's run scores 0 as well)
+        assert "changed after the kernel had finished" in verdict["message"], verdict
+
+
+# --- sandbox leftovers when a grader or its kernel is killed (issue 12 e) ------------------------
+
+GRADER_THAT_GETS_KILLED = """
+import subprocess, sys, time
+sys.path.insert(0, {autograde!r})
+from paged_grading import sandbox
+from pathlib import Path
+box = sandbox.Sandbox(sandbox.Submission(Path({root!r}), "alice", "02_block_allocator"))
+sandbox.install_signal_cleanup()
+kernel = subprocess.Popen([*box.prefix, sys.executable, "-c", "import time; time.sleep(120)"])
+print(box.private, box.cgroup.path or "", kernel.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _start_grader(tmp_path):
+    from autograde_helpers import AUTOGRADE
+
+    submission = _student_course(tmp_path)
+    script = GRADER_THAT_GETS_KILLED.format(autograde=str(AUTOGRADE), root=str(submission.root))
+    grader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    private, cgroup, kernel = grader.stdout.readline().split(" ")
+    return grader, Path(private), Path(cgroup) if cgroup else None, int(kernel)
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):  # dead, waiting for a reaper
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@needs_bwrap
+def test_a_killed_grader_leaves_nothing_after_the_next_sandbox(tmp_path):
+    """SIGKILL (a timeout, the OOM killer): no clean-up runs; the next sandbox sweeps the leftovers."""
+    from autograde_helpers import sandbox
+
+    grader, private, cgroup, kernel = _start_grader(tmp_path)
+    assert private.is_dir()
+    grader.kill()
+    grader.wait(timeout=30)
+    assert private.is_dir()  # nothing could clean up after SIGKILL
+    box = sandbox.Sandbox(_student_course(tmp_path / "next"))
+    try:
+        assert _gone(kernel), "the sandboxed kernel outlived its grader and the sweep"
+        assert not private.exists(), "the dead grader's sandbox folder was not swept"
+        assert cgroup is None or not cgroup.exists(), "the dead grader's cgroup was not swept"
+        assert box.private.is_dir()  # a live sandbox is never swept, by itself or another one
+        assert box.private not in sandbox.sweep()
+    finally:
+        box.close()
+    assert not box.private.exists()
+
+
+@needs_bwrap
+def test_a_grader_told_to_stop_closes_its_sandboxes(tmp_path):
+    """SIGTERM (course.py's timeout, a ^C'd job runner): the grader closes its sandboxes on the way out."""
+    import signal
+
+    grader, private, cgroup, kernel = _start_grader(tmp_path)
+    grader.send_signal(signal.SIGTERM)
+    grader.wait(timeout=30)
+    assert _gone(kernel)
+    assert not private.exists()
+    assert cgroup is None or not cgroup.exists()
+
+
+@needs_bwrap
+def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatch):
+    """The kernel dies (SIGKILL, as the OOM killer does); shutting its manager down removes the sandbox."""
+    import asyncio
+    import signal
+
+    from autograde_helpers import sandbox
+
+    submission = _student_course(tmp_path)
+    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+
+    async def run():
+        manager = sandbox.SandboxedKernelManager(kernel_name="python3")
+        await manager.start_kernel(cwd=str(submission.scratch))
+        box = manager.sandbox
+        private, cgroup = box.private, box.cgroup.path
+        assert private.is_dir()
+        os.kill(manager.provisioner.process.pid, signal.SIGKILL)  # the kernel (its sandbox's outer process)
+        for _ in range(100):
+            if not await manager.is_alive():
+                break
+            await asyncio.sleep(0.1)
+        await manager.shutdown_kernel(now=True)
+        return private, cgroup
+
+    private, cgroup = asyncio.run(run())
+    assert not private.exists()
+    assert cgroup is None or not cgroup.exists()

@@ -70,6 +70,14 @@ ALWAYS_SUSPICIOUS = (
 )
 # Standard-library modules that take frames on a caller's behalf: the caller is the actor.
 FRAME_HELPERS = ("inspect", "traceback")
+# Libraries whose functions take their caller's frame only to read a name or a module from it,
+# never to hand it out. Any other library function that takes a frame while student code called
+# it directly (``logging.currentframe()``, a debugger's helper, ...) may be returning that frame,
+# whose ``f_back`` (not audited) leads to the checker: flagged like ``sys._getframe``.
+INTERNAL_FRAME_USERS = {
+    "collections", "typing", "typing_extensions", "enum", "dataclasses", "abc", "functools", "warnings",
+    "importlib", "re", "string", "contextlib", "numpy", "torch", "triton", "paged_helpers",
+}  # fmt: skip
 # Torch calls that compute an answer (or write one into an output) instead of the Triton kernel.
 TORCH_MATH = {
     "matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "softmax", "log_softmax", "exp",
@@ -78,6 +86,8 @@ TORCH_MATH = {
     "__truediv__", "max", "amax", "sum", "index_select", "gather", "take_along_dim",
     "copy_", "__setitem__", "from_numpy",
 }  # fmt: skip
+# Torch calls that hand a tensor's data to numpy (or Python) for arithmetic outside the kernel.
+TORCH_TO_NUMPY = {"numpy", "__array__"}
 
 _PRISTINE = {
     "import": builtins.__import__,
@@ -160,6 +170,13 @@ class Watch:
                     "student code took a frame object during the check (sys._getframe, inspect, "
                     "a traceback's tb_frame): looking at the checker's stack"
                 )
+            elif event == "sys._getframe" and actor is not None and _is_learner(actor.f_back):
+                module = _module_of(actor)
+                if module.split(".")[0] not in INTERNAL_FRAME_USERS:
+                    self.report(
+                        f"student code took a frame object during the check through {module}."
+                        f"{actor.f_code.co_name}() (a frame's f_back leads to the checker's stack)"
+                    )
             return
         if _is_learner(_first_outside_stdlib(caller)):
             self.report(f"student code used {event} during the check")
@@ -206,6 +223,11 @@ def _torch_math_watch(watch: Watch):
             name = getattr(func, "__name__", "")
             if name in TORCH_MATH and _is_learner(sys._getframe(1)):
                 watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
+            elif name in TORCH_TO_NUMPY and _is_learner(sys._getframe(1)):
+                watch.report(
+                    f"student code took a tensor's values out with Tensor.{name}() in a Triton notebook's check "
+                    "(numpy or Python arithmetic outside the Triton kernel)"
+                )
             return func(*args, **(kwargs or {}))
 
     del torch

@@ -27,15 +27,20 @@ run, see ``second_opinion``) can see and do:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import logging
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +54,10 @@ UNSAFE_FLAG = "--no-sandbox-UNSAFE"
 # Set by course.py for `grade --no-sandbox-UNSAFE`: the grading kernels then run unconfined.
 UNSAFE_ENV = "PAGED_GRADING_NO_SANDBOX_UNSAFE"
 PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+PRIVATE_PREFIX = "paged-sandbox-"
+CGROUP_PREFIX = "paged-grading-"
+# Leftovers named before owners were recorded are removed only when this old (and empty).
+UNOWNED_MAX_AGE_S = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -213,6 +222,62 @@ def prlimit_args(limits: Limits, with_nproc: bool) -> list[str]:
     return args + ["--"]
 
 
+def _owner_tag() -> str:
+    """``<pid>.<start time>`` of this process: who made a sandbox folder or cgroup (see ``sweep``)."""
+    return f"{os.getpid()}.{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); "" if gone."""
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    if not stat:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+_OWNED = re.compile(r"^(?P<pid>\d+)\.(?P<start>\d*)-")
+
+
+def _owner_alive(name: str, prefix: str) -> bool | None:
+    """Whether the process that made ``prefix + name`` still runs; None for an unowned (old) name."""
+    match = _OWNED.match(name.removeprefix(prefix))
+    if match is None:
+        return None
+    pid, start = int(match["pid"]), match["start"]
+    return _start_time(pid) == start and start != ""
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
+def sweep() -> list[Path]:
+    """Remove what sandboxes of dead graders left behind: private folders and pids cgroups.
+
+    A grader killed by a timeout, an OOM kill or ^C (or a kernel manager that died with its
+    kernel) never runs ``Sandbox.close``. Each folder and cgroup is named after the process that
+    made it (pid and start time), so the next sandbox removes those whose maker is gone; others'
+    live sandboxes are never touched. Returns what was removed.
+    """
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*"):
+        alive = _owner_alive(folder.name, PRIVATE_PREFIX)
+        if alive is False or (alive is None and _older_than(folder, UNOWNED_MAX_AGE_S)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    for base in PIDS_CGROUP_ROOTS:
+        for group in base.glob(f"{CGROUP_PREFIX}*") if base.is_dir() else ():
+            alive = _owner_alive(group.name, CGROUP_PREFIX)
+            if alive is False or (alive is None and _older_than(group, UNOWNED_MAX_AGE_S)):
+                PidsCgroup.remove(group, kill=alive is False)
+                if not group.exists():
+                    removed.append(group)
+    return removed
+
+
 class PidsCgroup:
     """A ``pids`` cgroup capping the processes of one sandbox, where the machine lets us make one."""
 
@@ -222,7 +287,7 @@ class PidsCgroup:
             if (base / "cgroup.procs").exists() and (
                 base.name == "pids" or "pids" in _read(base / "cgroup.subtree_control")
             ):
-                path = base / f"paged-grading-{uuid.uuid4().hex[:12]}"
+                path = base / f"{CGROUP_PREFIX}{_owner_tag()}-{uuid.uuid4().hex[:12]}"
                 try:
                     path.mkdir()
                     (path / "pids.max").write_text(str(limit))
@@ -240,22 +305,28 @@ class PidsCgroup:
     def kill_all_and_remove(self) -> None:
         if self.path is None:
             return
-        import signal
-
-        for line in _read(self.path / "cgroup.procs").split():
-            try:
-                os.kill(int(line), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                break
-            except OSError:
-                import time
-
-                time.sleep(0.05)
+        self.remove(self.path)
         self.path = None
+
+    @staticmethod
+    def remove(path: Path, kill: bool = True) -> None:
+        """Kill what is left in the cgroup at ``path`` (unless ``kill`` is False) and remove it."""
+        for _ in range(50):
+            if kill:
+                for line in _read(path / "cgroup.procs").split():
+                    try:
+                        os.kill(int(line), signal.SIGKILL)
+                    except (OSError, ValueError):
+                        pass
+            try:
+                path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if not kill:
+                    return
+                time.sleep(0.05)
 
 
 def _read(path: Path) -> str:
@@ -277,23 +348,63 @@ class Sandbox:
     ):
         self.submission = submission
         self.limits = limits
-        self.private = Path(tempfile.mkdtemp(prefix="paged-sandbox-"))
+        swept = sweep()
+        if swept:
+            LOG.info("removed %d sandbox folder(s)/cgroup(s) left by graders that died", len(swept))
+        self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{_owner_tag()}-"))
         self.cgroup = PidsCgroup(limits.processes)
+        _OPEN.add(self)
         if self.cgroup.path is None and os.geteuid() == 0:
             LOG.warning("no writable pids cgroup and grading as root: the sandbox has no process cap")
-        self.prefix = [
-            *self.cgroup.enter_command(),
-            *prlimit_args(limits, with_nproc=self.cgroup.path is None),
-            *bwrap_args(submission, [self.private], list(readable), limits, scratch_writable),
-            "--",
-            # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
-            # when its parent is pid 1 (it takes that for "the process that started me died").
-            "/bin/sh", "-c", '"$@"; exit $?', "sandboxed",
-        ]  # fmt: skip
+        try:
+            self.prefix = [
+                *self.cgroup.enter_command(),
+                *prlimit_args(limits, with_nproc=self.cgroup.path is None),
+                *bwrap_args(submission, [self.private], list(readable), limits, scratch_writable),
+                "--",
+                # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
+                # when its parent is pid 1 (it takes that for "the process that started me died").
+                "/bin/sh", "-c", '"$@"; exit $?', "sandboxed",
+            ]  # fmt: skip
+        except BaseException:  # nothing is left behind by a sandbox that could not be set up
+            self.close()
+            raise
 
     def close(self) -> None:
         self.cgroup.kill_all_and_remove()
         shutil.rmtree(self.private, ignore_errors=True)
+        _OPEN.discard(self)
+
+
+# Sandboxes not closed yet: closed at exit, and on SIGTERM/SIGHUP (a grader stopped by a timeout).
+_OPEN: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    for box in list(_OPEN):
+        try:
+            box.close()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+
+def _close_all_and_die(signum, frame) -> None:
+    close_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+atexit.register(close_all)
+
+
+def install_signal_cleanup() -> None:
+    """Close every open sandbox when this process is told to stop (SIGTERM, SIGHUP); main thread only."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            try:
+                signal.signal(signum, _close_all_and_die)
+            except ValueError:  # not the main thread
+                pass
 
 
 def pristine_copies() -> list[Path]:
@@ -315,6 +426,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kwargs):
         if not sandbox_disabled() and self.sandbox is None:
+            install_signal_cleanup()
             submission = Submission.from_working_dir(kwargs.get("cwd") or os.getcwd())
             self.sandbox = Sandbox(submission, readable=pristine_copies())
             self.transport = "ipc"
@@ -330,7 +442,18 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [*self.sandbox.prefix, *command]
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        await super()._async_cleanup_resources(restart=restart)
-        if self.sandbox is not None and not restart:
-            self.sandbox.close()
-            self.sandbox = None
+        try:
+            await super()._async_cleanup_resources(restart=restart)
+        finally:  # a kernel that died can make the cleanup above raise: the sandbox goes anyway
+            if self.sandbox is not None and not restart:
+                self.sandbox.close()
+                self.sandbox = None
+
+    def __del__(self) -> None:
+        # A manager dropped without a cleanup (its kernel died, nbclient gave up on it).
+        box = getattr(self, "sandbox", None)
+        if box is not None:
+            box.close()
+        parent = getattr(super(), "__del__", None)
+        if parent is not None:
+            parent()

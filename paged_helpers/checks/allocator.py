@@ -17,7 +17,16 @@ from __future__ import annotations
 import random
 
 from ..pool_invariant import PoolReading
-from .report import Hint, call_learner, check, expect_raise, fail
+from .report import (
+    Hint,
+    call_learner,
+    check,
+    expect_raise,
+    fail,
+    learner_int,
+    learner_int_list,
+    run_hidden_scenarios,
+)
 
 __all__ = ["check_block_allocator"]
 
@@ -32,7 +41,11 @@ def _state(allocator: object, scenario: str) -> tuple[list[int], list[int], int]
                 "no such attribute",
                 f"BlockAllocator needs `{name}` (see the table at the top of the notebook).",
             )
-    return list(allocator.free), list(allocator.refs), allocator.num_free
+    return (
+        learner_int_list(allocator.free, "free", scenario),
+        learner_int_list(allocator.refs, "refs", scenario),
+        learner_int(allocator.num_free, "num_free", scenario),
+    )
 
 
 def _verify(allocator: object, expected_refs: list[int], scenario: str, lost_hint: str | Hint = "") -> None:
@@ -111,7 +124,7 @@ def _new(allocator_class: type, num_blocks: int, scenario: str) -> object:
 
 def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
     block = call_learner("allocate()", allocator.allocate, scenario=scenario)
-    if not isinstance(block, int) or not 0 <= block < len(refs):
+    if type(block) is not int or not 0 <= block < len(refs):
         fail(
             f"{scenario}: the id allocate() returned",
             f"a block id in 0..{len(refs) - 1}",
@@ -128,11 +141,12 @@ def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
                 "block = self.free.popleft()",
             ),
         )
-    if block in list(allocator.free):
+    free = learner_int_list(allocator.free, "free", scenario)
+    if block in free:
         fail(
             f"{scenario}: allocate() returned block {block}",
             f"block {block} taken off the free list",
-            f"block {block} still on the free list {list(allocator.free)}",
+            f"block {block} still on the free list {free}",
             Hint(
                 "allocate() must take the block off the free list, or it will be handed out again",
                 "block = self.free.popleft()",
@@ -260,16 +274,22 @@ def _sharing_scenarios(allocator_class: type) -> None:
     _verify(allocator, refs, "every block released: the whole pool must be free")
 
 
-def _random_walk(allocator_class: type, seed: int) -> None:
+def _random_walk(
+    allocator_class: type,
+    seed: int | random.Random,
+    sizes: tuple[int, int] = (5, 12),
+    steps: int = 200,
+    moves: tuple[str, ...] = ("allocate", "allocate", "share", "release", "release"),
+) -> None:
     """Seeded allocations, shares and releases; the counts must match exactly after every step."""
-    rng = random.Random(seed)
-    num_blocks = rng.randint(5, 12)
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    num_blocks = rng.randint(*sizes)
     allocator = _new(allocator_class, num_blocks, f"a random walk on a pool of {num_blocks} blocks")
     refs = [0] * num_blocks
     history: list[str] = []
-    for _ in range(200):
+    for _ in range(steps):
         in_use = [b for b in range(num_blocks) if refs[b] > 0]
-        move = rng.choice(["allocate", "allocate", "share", "release", "release"])
+        move = rng.choice(moves)
         if move == "allocate" and refs.count(0) == 0:
             move = "exhausted"
         if move in ("share", "release") and not in_use:
@@ -302,9 +322,94 @@ def _random_walk(allocator_class: type, seed: int) -> None:
         )
 
 
+# --------------------------------------------------------------------------- hidden scenarios
+
+
+def _hidden_pool_of_one(allocator_class: type, rng: random.Random) -> None:
+    scenario = "a hidden scenario"
+    allocator = _new(allocator_class, 1, scenario)
+    refs = [0]
+    for _ in range(rng.randint(2, 4)):
+        block = _allocate(allocator, refs, scenario)
+        _verify(allocator, refs, scenario)
+        _expect_error(allocator, "allocate", None, MemoryError, refs, scenario, "every block is in use: raise MemoryError.")
+        shares = rng.randint(1, 5)
+        for _ in range(shares):
+            call_learner(f"share({block})", allocator.share, block, scenario=scenario)
+            refs[block] += 1
+            _verify(allocator, refs, scenario)
+        for _ in range(shares + 1):
+            call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+            refs[block] -= 1
+            _verify(allocator, refs, scenario)
+        _expect_error(
+            allocator, "release", block, RuntimeError, refs, scenario, "a double free must raise RuntimeError."
+        )
+
+
+def _hidden_shared_many_times(allocator_class: type, rng: random.Random) -> None:
+    scenario = "a hidden scenario"
+    num_blocks = rng.randint(3, 9)
+    allocator = _new(allocator_class, num_blocks, scenario)
+    refs = [0] * num_blocks
+    blocks = [_allocate(allocator, refs, scenario) for _ in range(num_blocks)]
+    hot = rng.choice(blocks)
+    for _ in range(rng.randint(10, 40)):
+        call_learner(f"share({hot})", allocator.share, hot, scenario=scenario)
+        refs[hot] += 1
+    _verify(allocator, refs, scenario)
+    for block in rng.sample(blocks, len(blocks)):
+        while refs[block]:
+            call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+            refs[block] -= 1
+            _verify(allocator, refs, scenario)
+    reused = [_allocate(allocator, refs, scenario) for _ in range(num_blocks)]
+    if sorted(reused) != list(range(num_blocks)):
+        fail(scenario, "every block handed out again", sorted(reused), "released blocks go back on the free list.")
+
+
+def _hidden_large_walk(allocator_class: type, rng: random.Random) -> None:
+    weights = tuple(rng.choice(["allocate", "share", "release"]) for _ in range(6)) + ("allocate", "release")
+    _random_walk(allocator_class, rng, sizes=(20, 64), steps=300, moves=weights)
+
+
+def _hidden_refusals_between_moves(allocator_class: type, rng: random.Random) -> None:
+    scenario = "a hidden scenario"
+    num_blocks = rng.randint(4, 10)
+    allocator = _new(allocator_class, num_blocks, scenario)
+    refs = [0] * num_blocks
+    for _ in range(60):
+        free = [b for b in range(num_blocks) if refs[b] == 0]
+        in_use = [b for b in range(num_blocks) if refs[b] > 0]
+        if free and rng.random() < 0.5:
+            block = rng.choice(free)
+            method = rng.choice(["share", "release"])
+            _expect_error(allocator, method, block, RuntimeError, refs, scenario, "a free block can be neither shared nor released: raise RuntimeError and change nothing.")
+        if free and (not in_use or rng.random() < 0.5):
+            _allocate(allocator, refs, scenario)
+        elif in_use:
+            block = rng.choice(in_use)
+            call_learner(f"release({block})", allocator.release, block, scenario=scenario)
+            refs[block] -= 1
+        _verify(allocator, refs, scenario)
+
+
+HIDDEN_KINDS = {
+    "a pool of a single block, shared and released several times": _hidden_pool_of_one,
+    "one block shared by many tables, released in a random order": _hidden_shared_many_times,
+    "a long random walk on a large pool, with secret move weights": _hidden_large_walk,
+    "refused share/release of free blocks between allocations": _hidden_refusals_between_moves,
+}
+
+
 @check(notebook="02_block_allocator", builds="BlockAllocator")
-def check_block_allocator(BlockAllocator: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
-    """Exact reference counts and free list through allocation, sharing, release and exhaustion."""
+def check_block_allocator(BlockAllocator: type, *, seed: int = 0, hidden: bool = False) -> None:  # noqa: N803
+    """Exact reference counts and free list through allocation, sharing, release and exhaustion.
+
+    ``hidden=True`` (the hidden tests) also runs three of ``HIDDEN_KINDS``, chosen and sized by ``seed``.
+    """
     _basic_scenarios(BlockAllocator)
     _sharing_scenarios(BlockAllocator)
     _random_walk(BlockAllocator, seed)
+    if hidden:
+        run_hidden_scenarios(HIDDEN_KINDS, seed, 3, BlockAllocator)

@@ -49,6 +49,11 @@ from .report import (
     check,
     expect_refused,
     fail,
+    learner_dict,
+    learner_int,
+    learner_int_list,
+    learner_tensor,
+    torch_unhooked,
 )
 from .scratch import expect_from_scratch, forward_through_cache
 
@@ -121,7 +126,20 @@ class _Scene:
 
     def holders(self, block: int, besides: str | None = None) -> list[str]:
         """The sequences whose table names ``block`` (other than ``besides``)."""
-        return [seq for seq in block_holders(self.cache.tables, self.num_blocks)[block] if seq != besides]
+        return [seq for seq in block_holders(self._tables(), self.num_blocks)[block] if seq != besides]
+
+    # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
+    def _tables(self) -> dict:
+        return learner_dict(self.cache.tables, "cache.tables", self.scenario, learner_int_list)
+
+    def _length(self, seq: str) -> int:
+        return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
+
+    def _refs(self) -> list[int]:
+        return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
+
+    def _num_free(self) -> int:
+        return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -136,7 +154,7 @@ class _Scene:
 
     def fork(self, parent: str, child: str) -> None:
         where = f"{self.scenario}, fork({parent!r}, {child!r})"
-        free_before = self.allocator.num_free
+        free_before = self._num_free()
         call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=self.scenario)
         tables = self.cache.tables
         if child not in tables or child not in self.cache.lengths:
@@ -154,21 +172,22 @@ class _Scene:
                 "copy the list (list(tables[parent])): when the child later copies a block, replacing "
                 "an entry of a shared list object would rewrite the parent's table too",
             )
-        if list(tables[child]) != list(tables[parent]):
+        tables = self._tables()
+        if tables[child] != tables[parent]:
             fail(
                 where,
                 f"the child's table names the parent's blocks {tables[parent]}",
                 f"{tables[child]}",
                 "a fork shares data: the child's table lists exactly the parent's blocks, in order",
             )
-        if self.cache.lengths[child] != self.cache.lengths[parent]:
+        if self._length(child) != self._length(parent):
             fail(
                 where,
                 f"lengths[{child!r}] == {self.cache.lengths[parent]} (the parent's)",
                 f"{self.cache.lengths[child]}",
                 "the child starts with every token the parent has",
             )
-        if self.allocator.num_free != free_before:
+        if self._num_free() != free_before:
             fail(
                 where,
                 f"{free_before} free blocks (a fork allocates nothing)",
@@ -187,15 +206,15 @@ class _Scene:
         """reserve(seq, count) checked block by block, then the stand-in forward pass writes."""
         cache, what = self.cache, f"reserve({seq!r}, {count})"
         where = f"{self.scenario}, {what}"
-        length, before = cache.lengths[seq], list(cache.tables[seq])
-        refs_before = list(self.allocator.refs)
+        length, before = self._length(seq), self._tables()[seq]
+        refs_before = self._refs()
         written = range(length // BLOCK, ceil_div(length + count, BLOCK))  # table indices written
         shared = [i for i in written if i < len(before) and self.holders(before[i], besides=seq)]
         wanted_new = max(0, ceil_div(length + count, BLOCK) - len(before))
-        free_before = self.allocator.num_free
+        free_before = self._num_free()
 
         call_learner(what, cache.reserve, seq, count, scenario=self.scenario)
-        table = cache.tables[seq]
+        table = self._tables()[seq]
         if len(table) < written.stop:
             fail(
                 where,
@@ -231,7 +250,7 @@ class _Scene:
                     where,
                     f"position(s) {length}..{length + count - 1} of {seq!r} in blocks only {seq!r} uses",
                     f"block {block} (table index {index}) is still shared with {others}, refcount "
-                    f"{self.allocator.refs[block]}",
+                    f"{self._refs()[block]}",
                     _after(
                         f"the write starts in shared block {block} and runs on into {written.stop - len(before)} "
                         "new block(s)",
@@ -240,7 +259,7 @@ class _Scene:
                     if crossed
                     else COPY_HINT,
                 )
-        used = free_before - self.allocator.num_free
+        used = free_before - self._num_free()
         if used != len(shared) + wanted_new:
             fail(
                 where,
@@ -297,7 +316,7 @@ class _Scene:
     def _store(self, seq: str, count: int) -> None:
         """The stand-in forward pass: write keys and values of ``count`` new tokens of ``seq``."""
         self.writers.setdefault(seq, len(self.writers) + 1)
-        table, length = self.cache.tables[seq], self.cache.lengths[seq]
+        table, length = self._tables()[seq], self._length(seq)
         for position in range(length, length + count):
             base = 1000 * self.writers[seq] + position
             block, offset = table[position // BLOCK], position % BLOCK
@@ -315,7 +334,7 @@ class _Scene:
         """Each block's count is the number of table entries naming it; the free list is the rest."""
         expect_pool_matches(
             self.allocator,
-            block_holders(self.cache.tables, self.num_blocks),
+            block_holders(self._tables(), self.num_blocks),
             f"{self.scenario}, after {after}",
             lambda block, holders, count: too_high if count > len(holders) else too_low,
         )
@@ -323,7 +342,7 @@ class _Scene:
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
         copied = copied or {}
         for seq, bases in self.history.items():
-            table = self.cache.tables[seq]
+            table = self._tables()[seq]
             for position, base in enumerate(bases):
                 block, offset = table[position // BLOCK], position % BLOCK
                 for layer in range(LAYERS):
@@ -331,8 +350,11 @@ class _Scene:
                         ("keys", self.cache.k_pool, _key(base, layer)),
                         ("values", self.cache.v_pool, _value(base, layer)),
                     ):
-                        found = pool[layer][block, :, offset]
-                        if bool((found == want).all()):
+                        layer_pool = learner_tensor(pool[layer], f"cache.{pool_name[0]}_pool[{layer}]", self.scenario)
+                        with torch_unhooked():
+                            found = layer_pool[block, :, offset]
+                            same = bool((found == want).all())
+                        if same:
                             continue
                         self._report_history(after, seq, position, layer, pool_name, block, found, copied)
 
@@ -490,9 +512,10 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hi
             return _after(f"{wrote} (refcount {refs})", COPY_HINT)
         for layer in range(len(cache.k_pool)):
             for name, pool in (("keys", cache.k_pool), ("values", cache.v_pool)):
-                same = torch.equal(
-                    pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
-                )
+                with torch._C.DisableTorchFunction():  # a learner's tensor subclass cannot answer
+                    same = torch.equal(
+                        pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
+                    )
                 if not same:
                     return _after(
                         f"the child's copy (block {child_block}) of the shared block {parent_block} lacks "

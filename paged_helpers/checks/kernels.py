@@ -46,7 +46,7 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .report import CheckFailed, NotImplementedYet, check, fail
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 
@@ -73,7 +73,7 @@ def _dtypes_to_check() -> tuple[torch.dtype, ...]:
 
 def _close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, equal_nan: bool = False) -> bool:
     atol, rtol = TOLERANCES[dtype]
-    return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
+    return strict_allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan)
 
 
 def _worst(got: torch.Tensor, expected: torch.Tensor, axes: tuple[str, str, str]) -> str:
@@ -117,12 +117,14 @@ def _watched(launcher: Callable) -> Callable:
 
         from ..reference import attention
 
-        counts = {"launches": 0, "reference": 0}
+        counts = {"launches": 0, "reference": 0, "not_triton": 0}
         original_getitem, original_gather = jit.KernelInterface.__getitem__, attention.gather_history
+        seen = _LaunchedTensors()
 
         def counting_getitem(kernel, grid):
             counts["launches"] += 1
-            return original_getitem(kernel, grid)
+            counts["not_triton"] += not genuine_triton_kernel(kernel)
+            return seen.watch(original_getitem(kernel, grid))
 
         def counting_gather(*gather_args, **gather_kwargs):
             counts["reference"] += 1
@@ -136,9 +138,60 @@ def _watched(launcher: Callable) -> Callable:
         finally:
             jit.KernelInterface.__getitem__ = original_getitem
             attention.gather_history = original_gather
-        return result, counts["launches"], counts["reference"], allocations.report(result)
+        provenance = {**seen.provenance(result), "not_triton": counts["not_triton"]}
+        return result, counts["launches"], counts["reference"], allocations.report(result), provenance
 
     return call
+
+
+class _LaunchedTensors:
+    """The tensors handed to Triton launches, as they were before the first and after the last launch.
+
+    Proof that the returned output was written by a kernel: it (or a dtype cast of it) must be a
+    tensor some launch received, unchanged since the last launch that received it; and what it
+    held before the first launch comes back to the check, which refuses an output that already
+    held the answer (numpy or Python arithmetic in the launcher, then a do-nothing launch).
+    """
+
+    def __init__(self) -> None:
+        self.before: dict[int, torch.Tensor] = {}
+        self.after: dict[int, torch.Tensor] = {}
+        self.tensors: dict[int, torch.Tensor] = {}
+
+    def watch(self, launch: Callable) -> Callable:
+        def run(*args, **kwargs):
+            tensors = [a for a in (*args, *kwargs.values()) if type(a) is torch.Tensor]
+            with torch._C.DisableTorchFunction():
+                for tensor in tensors:
+                    self.tensors.setdefault(id(tensor), tensor)
+                    self.before.setdefault(id(tensor), tensor.detach().clone())
+                returned = launch(*args, **kwargs)
+                for tensor in tensors:
+                    self.after[id(tensor)] = tensor.detach().clone()
+            return returned
+
+        return run
+
+    def provenance(self, result: object) -> dict:
+        """{"written": bool, "why": str, "before": the output before the first launch (or None)}."""
+        if type(result) is not torch.Tensor:
+            return {"written": True, "why": "", "before": None}  # the shape/type message comes first
+        with torch._C.DisableTorchFunction():
+            candidates = []
+            for key, tensor in self.tensors.items():
+                if tensor.shape != result.shape:
+                    continue
+                same_memory = tensor.data_ptr() == result.data_ptr() and tensor.stride() == result.stride()
+                candidates.append((not same_memory, key))
+            for _, key in sorted(candidates):
+                after = self.after[key].to(result.dtype)
+                if torch.equal(torch.nan_to_num(after, nan=0.5), torch.nan_to_num(result.detach(), nan=0.5)):
+                    return {"written": True, "why": "", "before": self.before[key].to(result.dtype).cpu()}
+            if candidates:
+                why = "it changed after your kernel's last launch that received it"
+            else:
+                why = "no Triton launch received it (nor a tensor of its shape)"
+            return {"written": False, "why": why, "before": None}
 
 
 def _band_message(scenario: str, what: str, written: dict) -> None:
@@ -176,8 +229,19 @@ def _learner_process() -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
-    """Run the launcher in a child process; turn every failure into a message."""
+def _run_learner(
+    what: str,
+    launcher: Callable,
+    args: tuple,
+    scenario: str,
+    expected: torch.Tensor | None = None,
+    from_kernel: bool = True,
+) -> torch.Tensor:
+    """Run the launcher in a child process; turn every failure into a message.
+
+    ``from_kernel``: the output must be exactly what a kernel wrote (not so for split-k, whose
+    launcher merges the splits' partial results in torch).
+    """
     outcome: Outcome = _isolated(launcher, args, watched=True)
     printed = (
         f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}" if outcome.printed.strip() else ""
@@ -207,7 +271,7 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
             f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}" + printed
         )
-    result, launches, reference_calls, bands_written = outcome.value
+    result, launches, reference_calls, bands_written, provenance = outcome.value
     if reference_calls:
         fail(
             scenario,
@@ -238,6 +302,23 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             f"shape {tuple(result.shape)}, dtype {result.dtype}",
             "allocate the output with torch.empty_like(q) and return it.",
         )
+    if type(result) is not torch.Tensor:
+        fail(scenario, "a torch.Tensor", f"a {type(result).__name__} (a tensor subclass)", f"{what} must return the plain output tensor it filled.")
+    if provenance["not_triton"]:
+        fail(
+            scenario,
+            "launches of your @triton.jit kernel",
+            "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
+            f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
+        )
+    if from_kernel and not provenance["written"]:
+        fail(
+            scenario,
+            "an output written by your Triton kernel",
+            f"the tensor {what} returned was not written by a kernel: {provenance['why']}",
+            "the answer must come from your kernel: the launcher allocates the output, launches the kernel "
+            "on it and returns it, without computing values itself (no torch, numpy or Python arithmetic).",
+        )
     if bands_written:
         _band_message(scenario, what, bands_written[0])
     never_written = int((result == SENTINEL).sum())
@@ -251,7 +332,29 @@ def _run_learner(what: str, launcher: Callable, args: tuple, scenario: str) -> t
             "head_dim values: compare your grid with the output's shape, and the store's mask with the rows "
             "that exist.",
         )
+    if from_kernel and expected is not None and provenance["before"] is not None:
+        _refuse_answer_before_launch(scenario, what, provenance["before"], expected, args[0].dtype)
     return result.double().cpu()
+
+
+def _refuse_answer_before_launch(
+    scenario: str, what: str, before: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype
+) -> None:
+    """The output held (part of) the answer before the kernel ran: computed outside the kernel."""
+    atol, rtol = TOLERANCES[dtype]
+    with torch._C.DisableTorchFunction():
+        before = before.double().cpu()
+        untouched = (before == 0) | (before == SENTINEL) | torch.isnan(before)
+        answer = torch.isclose(before, expected, atol=atol, rtol=rtol) & ~untouched
+        count = int(answer.sum())
+    if count:
+        fail(
+            scenario,
+            "an output written by your Triton kernel",
+            f"{count} of the {before.numel()} output values already held the answer before your kernel was launched",
+            f"{what} computed the answer outside the kernel (torch, numpy or Python arithmetic) and launched a "
+            "kernel that did not compute it: the values must come from your kernel.",
+        )
 
 
 def _explain_mismatch(
@@ -410,7 +513,7 @@ def _check_decode_cases(what: str, launcher: Callable, cases: tuple[DecodeCase, 
         args = inputs.args() + ((case.splits,) if split else ())
         scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
         expected = paged_decode_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
-        got = _run_learner(what, launcher, args, scenario)
+        got = _run_learner(what, launcher, args, scenario, expected, from_kernel=not split)
         if _close(got, expected, dtype):
             continue
         context = (_split_hint(case) + " " if split else "") + _negative_hint(case)
@@ -517,7 +620,7 @@ def _check_prefill_cases(what: str, launcher: Callable, seed: int) -> None:
         inputs = prefill_inputs(case, dtype, seed)
         scenario = f"{case.scenario} [{str(dtype).removeprefix('torch.')}]"
         expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
-        got = _run_learner(what, launcher, inputs.args(), scenario)
+        got = _run_learner(what, launcher, inputs.args(), scenario, expected)
         if _close(got, expected, dtype):
             continue
         _explain_mismatch(

@@ -55,6 +55,11 @@ from .report import (
     expect_refused,
     fail,
     hint_text,
+    learner_dict,
+    learner_int,
+    learner_int_list,
+    run_hidden_scenarios,
+    torch_unhooked,
 )
 from .scratch import expect_from_scratch, forward_through_cache
 
@@ -136,6 +141,17 @@ def _why_a_fit_was_refused(cache_class: type, block_size: int) -> Hint:
     return RESERVE_IGNORES_PARTIAL_ROOM
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal with every __torch_function__ override off (learner tensors may carry one)."""
+    with torch_unhooked():
+        return bool(torch.equal(a, b))
+
+
+def _close_plain(got: torch.Tensor, want: torch.Tensor) -> bool:
+    with torch_unhooked():
+        return bool(torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0))
+
+
 # --------------------------------------------------------------------------- the harness
 
 
@@ -161,6 +177,19 @@ class _Harness:
     @property
     def where(self) -> str:
         return f"{self.scenario}, {self.step}" if self.step else self.scenario
+
+    # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
+    def learner_tables(self) -> dict:
+        return learner_dict(self.cache.tables, "cache.tables", self.where, learner_int_list)
+
+    def learner_length(self, seq) -> int:
+        return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.where)
+
+    def learner_num_free(self) -> int:
+        return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.where)
+
+    def learner_refs(self) -> list[int]:
+        return learner_int_list(self.cache.allocator.refs, "allocator.refs", self.where)
 
     # -- expectations that hold after every step ---------------------------------------------------
 
@@ -198,7 +227,7 @@ class _Harness:
     def expect_accounting(self, after: str) -> None:
         """The tables are the check's account; each of their blocks has count 1; the rest are free, once."""
         where = f"{self.where}: after {after}"
-        got = {seq: list(table) for seq, table in self.cache.tables.items()}
+        got = self.learner_tables()
         for seq in sorted(set(got) | set(self.tables), key=str):
             if got.get(seq) != self.tables.get(seq):
                 fail(
@@ -221,7 +250,8 @@ class _Harness:
         expect_pool_matches(self.cache.allocator, holders, where, _count_hint)
 
     def expect_table_length(self, seq, expected: int, where: str, hint: str) -> None:
-        got = len(self.cache.tables[seq]) if seq in self.cache.tables else "no table"
+        tables = self.learner_tables()
+        got = len(tables[seq]) if seq in tables else "no table"
         if got != expected:
             fail(f"{where}: blocks in the table of {seq!r}", expected, got, hint)
 
@@ -240,7 +270,8 @@ class _Harness:
 
     def create(self, seq) -> None:
         _call(f"create({seq!r})", self.cache.create, seq, scenario=self.where)
-        if self.cache.tables.get(seq) != [] or self.cache.lengths.get(seq) != 0:
+        lengths = learner_dict(self.cache.lengths, "cache.lengths", self.where, learner_int)
+        if self.learner_tables().get(seq) != [] or lengths.get(seq) != 0:
             fail(
                 f"{self.where}: after create({seq!r})",
                 "tables[seq] == [] and lengths[seq] == 0",
@@ -276,14 +307,14 @@ class _Harness:
     def reserve(self, seq, new_tokens: int, why: str = "") -> None:
         """reserve; the table then holds exactly blocks_needed(length + new_tokens) blocks (never fewer)."""
         cache, block_size = self.cache, self.cache.block_size
-        before, length = list(self.tables[seq]), cache.lengths[seq]
+        before, length = list(self.tables[seq]), self.learner_length(seq)
         expected = max(len(before), ceil_div(length + new_tokens, block_size))
         where = f"{self.where}{why}: reserve({seq!r}, {new_tokens}) at length {length} with {len(before)} block(s)"
         if hasattr(cache, "blocks_to_add"):
             to_add = _call(
                 f"blocks_to_add({seq!r}, {new_tokens})", cache.blocks_to_add, seq, new_tokens, scenario=self.where
             )
-            if to_add != expected - len(before):
+            if learner_int(to_add, f"blocks_to_add({seq!r}, {new_tokens})", self.where) != expected - len(before):
                 fail(
                     f"{self.where}: blocks_to_add({seq!r}, {new_tokens}) with length {length} and "
                     f"{len(before)} block(s)",
@@ -292,7 +323,7 @@ class _Harness:
                     "the table needs blocks_needed(length + new_tokens) blocks in total; the blocks it "
                     "already has count, and it never needs a negative number.",
                 )
-        free = cache.allocator.num_free
+        free = self.learner_num_free()
         try:
             _call(f"reserve({seq!r}, {new_tokens})", cache.reserve, seq, new_tokens, scenario=self.where + why)
         except NotImplementedYet:
@@ -305,7 +336,7 @@ class _Harness:
                 f"{error}\n  likely cause: the table needed {expected - len(before)} more block(s) and {free} "
                 f"were free, so it fits: {cause}"
             ) from error.__cause__
-        table = list(cache.tables[seq])
+        table = self.learner_tables()[seq]
         if len(table) != expected:
             fail(
                 where,
@@ -341,12 +372,12 @@ class _Harness:
         self.expect_accounting(f"reserve({seq!r}, {new_tokens}) raised MemoryError")
 
     def truncate(self, seq, length: int) -> None:
-        before, old_length = list(self.tables[seq]), self.cache.lengths[seq]
+        before, old_length = list(self.tables[seq]), self.learner_length(seq)
         _call(f"truncate({seq!r}, {length})", self.cache.truncate, seq, length, scenario=self.where)
         block_size = self.cache.block_size
         keep = ceil_div(length, block_size)
         where = f"{self.where}: truncate({seq!r}, {length}) from length {old_length} with table {before}"
-        got = list(self.cache.tables[seq])
+        got = self.learner_tables()[seq]
         if got != before[:keep]:
             if len(got) == keep + 1:
                 exactly = " exactly" if length % block_size == 0 else ""
@@ -359,10 +390,11 @@ class _Harness:
             else:
                 hint = "keep the first blocks_needed(length) blocks of the table, in order."
             fail(f"{where}: the table", before[:keep], got, hint)
-        if self.cache.lengths[seq] != length:
+        if self.learner_length(seq) != length:
             fail(f"{where}: lengths[{seq!r}]", length, self.cache.lengths[seq], "truncate sets the sequence's length.")
         dropped = before[keep:]
-        still_used = [block for block in dropped if self.cache.allocator.refs[block]]
+        refs = self.learner_refs()
+        still_used = [block for block in dropped if refs[block]]
         if still_used and len(still_used) < len(dropped):  # none released at all: the accounting says "leaked"
             fail(
                 f"{where}: the {len(dropped)} block(s) it dropped, {dropped}",
@@ -444,7 +476,7 @@ class _Harness:
         """reserve, set_batch, then update for every layer with known k/v: placement, reply, lengths."""
         setup, cache = self.setup, self.cache
         device = cache.k_pool[0].device
-        starts = [cache.lengths[seq] for seq in batch]
+        starts = [self.learner_length(seq) for seq in batch]
         for seq in batch:
             self.reserve(seq, new_tokens)
         self.set_batch(batch)
@@ -495,7 +527,7 @@ class _Harness:
             for t in range(write.new_tokens):
                 p = write.starts[row] + t
                 block, offset = write.home(seq, p, size)
-                if torch.equal(pools[layer][block, :, offset], new[row, :, t]):
+                if _same(pools[layer][block, :, offset], new[row, :, t]):
                     continue
                 found = _locate(pools, new[row, :, t])
                 got = f"found at (layer, block, offset) {found[:3]}" if found else "not in the pool"
@@ -504,7 +536,7 @@ class _Harness:
                     (write.batch[r], write.starts[r] + u)
                     for r in range(len(write.batch))
                     for u in range(write.new_tokens)
-                    if torch.equal(pools[layer][block, :, offset], new[r, :, u])
+                    if _same(pools[layer][block, :, offset], new[r, :, u])
                 ]
                 if not found and occupant:
                     got, hint = _overwritten(write, occupant[0], which, block, offset, size)
@@ -520,7 +552,7 @@ class _Harness:
         """After every layer has written, lengths[seq] is one past the highest position written for seq."""
         for row, seq in enumerate(write.batch):
             start = write.starts[row]
-            expected, got = start + write.new_tokens, self.cache.lengths[seq]
+            expected, got = start + write.new_tokens, self.learner_length(seq)
             if got == expected:
                 continue
             if got == start:
@@ -598,7 +630,7 @@ class _Harness:
                     ("key", keys[row, :, j], history[0, layer, :, p]),
                     ("value", values[row, :, j], history[1, layer, :, p]),
                 ):
-                    if not torch.allclose(got.float().cpu(), want.float().cpu(), atol=1e-6, rtol=0):
+                    if not _close_plain(got, want):
                         fail(
                             f"{where}: the {name} update returned for {seq!r} at position {p} "
                             f"(row {row}, layer {layer})",
@@ -883,7 +915,7 @@ class _ModelRun(_Harness):
     def forward(self, new: dict) -> None:
         """One forward pass of the sequences in ``new`` (same count each), compared with from scratch."""
         seqs, b, story_step = list(new), self.cache.block_size, self.step
-        lengths_before = [self.cache.lengths[seq] for seq in seqs]
+        lengths_before = [self.learner_length(seq) for seq in seqs]
         count = len(new[seqs[0]])
         self.step = f"{story_step}: batch {seqs} at lengths {lengths_before}, {count} new token(s) each"
         for seq in seqs:
@@ -903,7 +935,7 @@ class _ModelRun(_Harness):
                 "batch + 1, and lengths per sequence.",
             )
             self.tokens[seq] = full
-            if self.cache.lengths[seq] != len(full):
+            if self.learner_length(seq) != len(full):
                 fail(
                     f"{self.where}: lengths[{seq!r}]",
                     len(full),
@@ -985,9 +1017,93 @@ def _model_run(PagedKVCache: type, rng: random.Random, block_size: int) -> None:
 # --------------------------------------------------------------------------- the check
 
 
+# --------------------------------------------------------------------------- hidden scenarios
+#
+# Run only by the hidden tests (``hidden=True``), chosen and sized by the grader's secret seed; a
+# failure names the kind and its hint, never its numbers (report.run_hidden_scenarios).
+
+
+def _hidden_harness(PagedKVCache: type, rng: random.Random, block_sizes: tuple[int, ...]) -> _Harness:  # noqa: N803
+    from ..device import DEVICE
+
+    setup = _Setup(layers=1, num_blocks=rng.randint(10, 30), block_size=rng.choice(block_sizes), kv_heads=1, head_dim=2)
+    return _Harness(PagedKVCache, setup, DEVICE, "a hidden scenario")
+
+
+def _grown(h: _Harness, seq, new_tokens: int) -> None:
+    """reserve, then count the tokens as written (as a forward pass would), without writing them."""
+    length = h.learner_length(seq)
+    h.reserve(seq, new_tokens)
+    h.cache.lengths[seq] = length + new_tokens
+
+
+def _hidden_churn(PagedKVCache: type, rng: random.Random) -> None:  # noqa: N803
+    """Sequences created, grown, truncated and freed in a secret order."""
+    h = _hidden_harness(PagedKVCache, rng, (1, 2, 3, 5, 8))
+    names = [f"s{k}" for k in range(rng.randint(3, 7))]
+    live: list[str] = []
+    for _ in range(60):
+        move = rng.choice(["create", "grow", "grow", "grow", "truncate", "free"])
+        if move == "create" or not live:
+            fresh = [name for name in names if name not in live]
+            if fresh:
+                live.append(rng.choice(fresh))
+                h.create(live[-1])
+            continue
+        seq = rng.choice(live)
+        length, held = h.learner_length(seq), len(h.tables[seq])
+        if move == "grow":
+            room = (held + h.learner_num_free()) * h.setup.block_size - length
+            if room > 0:
+                _grown(h, seq, rng.randint(0, min(room, 3 * h.setup.block_size)))
+        elif move == "truncate":
+            h.truncate(seq, rng.randint(0, length))
+        else:
+            h.free(seq)
+            live.remove(seq)
+    for seq in list(live):
+        h.free(seq)
+
+
+def _hidden_token_by_token(PagedKVCache: type, rng: random.Random) -> None:  # noqa: N803
+    """One sequence grown a token at a time across block boundaries, rolled back, grown again."""
+    h = _hidden_harness(PagedKVCache, rng, (1, 2, 3, 4, 7))
+    h.create("t")
+    for _round in range(2):
+        for _ in range(rng.randint(1, min(3 * h.setup.block_size + 1, h.num_blocks * h.setup.block_size))):
+            _grown(h, "t", 1)
+        h.truncate("t", rng.choice([0, h.learner_length("t") // 2]))
+    h.free("t")
+
+
+def _hidden_full_pool(PagedKVCache: type, rng: random.Random) -> None:  # noqa: N803
+    """The whole pool handed out to several sequences, then a refused reserve, then everything freed."""
+    h = _hidden_harness(PagedKVCache, rng, (2, 3, 4))
+    seqs = [f"f{k}" for k in range(rng.randint(2, 4))]
+    for seq in seqs:
+        h.create(seq)
+    while h.learner_num_free():
+        _grown(h, rng.choice(seqs), rng.randint(1, h.learner_num_free()) * h.setup.block_size)
+    h.refused_reserve(rng.choice(seqs), h.setup.block_size, free=0, needed=1)
+    for seq in rng.sample(seqs, len(seqs)):
+        h.free(seq)
+
+
+HIDDEN_KINDS = {
+    "sequences created, grown, truncated and freed in a random order": _hidden_churn,
+    "a sequence grown one token at a time, rolled back and grown again": _hidden_token_by_token,
+    "the whole pool handed out, a refused reserve, then everything freed": _hidden_full_pool,
+}
+
+
 @check(notebook="03_paged_kv_cache", builds="PagedKVCache")
-def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0) -> None:  # noqa: N803 (the learner's class)
-    """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache."""
+def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0, hidden: bool = False) -> None:  # noqa: N803
+    """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache.
+
+    ``hidden=True`` (the hidden tests) also runs two of ``HIDDEN_KINDS``, chosen and sized by ``seed``.
+    """
+    if hidden:
+        run_hidden_scenarios(HIDDEN_KINDS, seed, 2, PagedKVCache)
     from ..device import DEVICE
 
     rng = random.Random(seed)

@@ -25,7 +25,17 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import Hint, call_learner, check, fail
+from .report import (
+    Hint,
+    call_learner,
+    check,
+    fail,
+    learner_int,
+    learner_int_list,
+    learner_tensor,
+    run_hidden_scenarios,
+    torch_unhooked,
+)
 
 __all__ = ["check_prefix_cache"]
 
@@ -114,7 +124,7 @@ class _Server:
     def prefill(self, seq: str) -> list[int]:
         """Reserve and write what attach did not reuse, then remember. Returns seq's block table."""
         prompt, name = self.prompts[seq], self.names[seq]
-        reused = self.cache.lengths[seq]
+        reused = learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
         what = f"prefilling {name} as {seq!r} (reserve, then the forward pass)"
         call_learner(
             f"reserve({seq!r}, {len(prompt) - reused})",
@@ -123,7 +133,7 @@ class _Server:
             len(prompt) - reused,
             scenario=f"{self.scenario}, {what}",
         )
-        table = self.cache.tables[seq]
+        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", self.scenario)
         for position in range(reused, len(prompt)):
             code = prefix_code(prompt[: position + 1])
             self.cache.k_pool[0][table[position // BLOCK], :, position % BLOCK] = code
@@ -147,14 +157,15 @@ class _Server:
                     "start attach with self.cache.create(seq)",
                 ),
             )
-        if not isinstance(got, int) or got < 0 or got % BLOCK:
+        if type(got) is not int or got < 0 or got % BLOCK:
             fail(
                 where,
                 "the number of prompt tokens reused: a multiple of the block size",
                 repr(got),
                 "return how many tokens the reused blocks hold (blocks reused x block_size)",
             )
-        table, length = self.cache.tables[seq], self.cache.lengths[seq]
+        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
+        length = learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", where)
         if len(table) != got // BLOCK or length != got:
             fail(
                 where,
@@ -174,9 +185,11 @@ class _Server:
 
     def _expect_history(self, where: str, seq: str, prompt: list[int], reused: int) -> None:
         """Every reused position must hold the key computed for *this* prompt's prefix."""
-        table = self.cache.tables[seq]
+        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
+        pool = learner_tensor(self.cache.k_pool[0], "cache.k_pool[0]", where)
         for position in range(reused):
-            found = float(self.cache.k_pool[0][table[position // BLOCK], 0, position % BLOCK, 0])
+            with torch_unhooked():  # the pool's values, whatever torch function mode is active
+                found = float(pool[table[position // BLOCK], 0, position % BLOCK, 0])
             if found == prefix_code(prompt[: position + 1]):
                 continue
             owner = self.code_owner.get(found)
@@ -198,7 +211,7 @@ class _Server:
     def expect_refcount(
         self, block: int, refs: int, who: str, after: str, too_low: str | Hint, too_high: str | Hint
     ) -> None:
-        got = self.allocator.refs[block]
+        got = learner_int_list(self.allocator.refs, "allocator.refs", f"{self.scenario}, after {after}")[block]
         if got != refs:
             fail(
                 f"{self.scenario}, after {after}",
@@ -215,15 +228,15 @@ class _Server:
         call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
 
     def expect_free(self, count: int, after: str, hint: str | Hint) -> None:
-        if self.allocator.num_free != count:
+        if learner_int(self.allocator.num_free, "allocator.num_free", f"{self.scenario}, after {after}") != count:
             fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint)
 
     def evict_blocks(self, count: int, why: str) -> str:
         """evict(num_free + count): exactly ``count`` cached blocks must go back. Returns the step's name."""
-        wanted = self.allocator.num_free + count
+        wanted = learner_int(self.allocator.num_free, "allocator.num_free", self.scenario) + count
         self.evict(wanted)
         after = f"evict({wanted}) ({count} more block(s) wanted{why})"
-        if self.allocator.num_free != wanted:
+        if learner_int(self.allocator.num_free, "allocator.num_free", f"{self.scenario}, after {after}") != wanted:
             fail(
                 f"{self.scenario}, after {after}",
                 f"{wanted} free blocks: exactly {count} cached block(s) dropped",
@@ -240,14 +253,14 @@ class _Server:
         as a probe and freed again (which touches its entries: call this last in a step).
         """
         assert not self.prompts, "expect_reachable needs every request freed"
-        held = {block for block, refs in enumerate(self.allocator.refs) if refs}
+        held = {block for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)) if refs}
         reached, got = set(), {}
         for name, (prompt, _) in reuse.items():
             probe = f"probe {name}"
             got[name] = call_learner(
                 f"attach({probe!r}, {name})", self.prefixes.attach, probe, list(prompt), scenario=self.scenario
             )
-            reached.update(self.cache.tables[probe])
+            reached.update(learner_int_list(self.cache.tables[probe], f"tables[{probe!r}]", self.scenario))
             call_learner(f"free({probe!r})", self.cache.free, probe, scenario=self.scenario)
         stranded = sorted(held - reached)
         if stranded:
@@ -274,7 +287,7 @@ class _Server:
         for seq in list(self.prompts):
             self.free(seq)
         self.evict(self.num_blocks)
-        stuck = [block for block, refs in enumerate(self.allocator.refs) if refs]
+        stuck = [block for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)) if refs]
         if stuck:
             fail(
                 f"{self.scenario}, after freeing every request and evict({self.num_blocks})",
@@ -391,10 +404,10 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
     server.free("g1")
     server.serve("f2", f, "F", reused=8)  # a hit: F's entries become the most recently used
     server.free("f2")
-    wanted = server.allocator.num_free + 1
+    wanted = learner_int(server.allocator.num_free, "allocator.num_free", server.scenario) + 1
     server.evict(wanted)
     after = f"evict({wanted}) (one more block wanted)"
-    if server.allocator.num_free != wanted:
+    if learner_int(server.allocator.num_free, "allocator.num_free", server.scenario) != wanted:
         fail(
             f"{server.scenario}, after {after}",
             f"{wanted} free blocks: exactly one cached block dropped",
@@ -570,9 +583,69 @@ def _hit_without_prefill(PrefixCache: Any, PagedKVCache: Any, rng: random.Random
     server.finish()
 
 
+# --------------------------------------------------------------------------- hidden scenarios
+
+
+def _expected_reuse(cached: set[tuple[int, ...]], prompt: list[int]) -> int:
+    """Tokens attach must reuse: whole cached blocks from the start, leaving one token to prefill."""
+    reused = 0
+    while reused + BLOCK <= len(prompt) - 1 and tuple(prompt[: reused + BLOCK]) in cached:
+        reused += BLOCK
+    return reused
+
+
+def _hidden_prefix_tree(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    """Prompts branching off earlier prompts at random points, some still running, none evicted."""
+    server = _Server(PrefixCache, PagedKVCache, 96, "a hidden scenario")
+    cached: set[tuple[int, ...]] = set()
+    prompts: list[list[int]] = []
+    running: list[str] = []
+    for k in range(rng.randint(5, 9)):
+        if prompts and rng.random() < 0.8:
+            parent = rng.choice(prompts)
+            prompt = parent[: rng.randint(0, min(len(parent), 24))]
+        else:
+            prompt = []
+        prompt = prompt + _tokens(rng, rng.randint(1, 12))
+        seq = f"h{k}"
+        server.serve(seq, prompt, f"prompt {k}", reused=_expected_reuse(cached, prompt))
+        cached.update(tuple(prompt[: end]) for end in range(BLOCK, len(prompt) + 1, BLOCK))
+        prompts.append(prompt)
+        running.append(seq)
+        if len(running) > 2 or rng.random() < 0.5:
+            server.free(running.pop(rng.randrange(len(running))))
+    server.finish()
+
+
+def _hidden_exact_multiples(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> None:
+    """Prompts whose length is a whole number of blocks, served again and extended by one token."""
+    server = _Server(PrefixCache, PagedKVCache, 64, "a hidden scenario")
+    for k in range(rng.randint(2, 4)):
+        prompt = _tokens(rng, BLOCK * rng.randint(1, 4))
+        server.serve(f"m{k}", prompt, f"prompt {k}", reused=0)
+        server.free(f"m{k}")
+        server.serve(f"n{k}", prompt, f"prompt {k} again", reused=len(prompt) - BLOCK, short_hint=LAST_TOKEN_HINT)
+        server.free(f"n{k}")
+        longer = prompt + _tokens(rng, 1)
+        server.serve(f"o{k}", longer, f"prompt {k} plus one token", reused=len(prompt))
+        server.free(f"o{k}")
+    server.finish()
+
+
+HIDDEN_KINDS = {
+    "prompts branching off earlier prompts at random points, some still running": _hidden_prefix_tree,
+    "prompts of a whole number of blocks, served again and extended by one token": _hidden_exact_multiples,
+}
+
+
 @check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
-def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
-    """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules."""
+def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0, hidden: bool = False) -> None:
+    """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules.
+
+    ``hidden=True`` (the hidden tests) also runs ``HIDDEN_KINDS``, sized by ``seed``.
+    """
+    if hidden:
+        run_hidden_scenarios(HIDDEN_KINDS, seed, 2, PrefixCache, PagedKVCache)
     rng = random.Random(seed)
     for scenario in (
         _served_twice,

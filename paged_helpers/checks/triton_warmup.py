@@ -27,7 +27,7 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
-from .report import CheckFailed, NotImplementedYet, check, fail
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
 
@@ -90,18 +90,45 @@ def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...])
 
         launches = 0
         original = jit.KernelInterface.__getitem__
+        # The output buffers just before the first launch and just after the last one: the kernel's
+        # own writes lie between, so any other change to them was made outside the kernel.
+        first_before: list[tuple] = []
+        last_after: list[tuple] = []
+        not_triton: list[str] = []
+
+        def snapshot() -> tuple:
+            with torch._C.DisableTorchFunction():
+                return tuple(output.buffer.detach().clone() for output in outputs)
 
         def counting(kernel, grid):
             nonlocal launches
             launches += 1
-            return original(kernel, grid)
+            if not genuine_triton_kernel(kernel):
+                not_triton.append(type(kernel).__name__)
+            launch = original(kernel, grid)
+
+            def run(*launch_args, **launch_kwargs):
+                if not first_before:
+                    first_before.append(snapshot())
+                returned = launch(*launch_args, **launch_kwargs)
+                last_after[:] = [snapshot()]
+                return returned
+
+            return run
 
         jit.KernelInterface.__getitem__ = counting
         try:
             returned = launcher(*args)
         finally:
             jit.KernelInterface.__getitem__ = original
-        return returned, launches, tuple(output.buffer for output in outputs)
+        return (
+            returned,
+            launches,
+            tuple(output.buffer for output in outputs),
+            first_before[0] if first_before else None,
+            last_after[0] if last_after else None,
+            bool(not_triton),
+        )
 
     return call
 
@@ -116,6 +143,7 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
 
     Returns the output buffers as they were after the call.
     """
+    initial = tuple(output.buffer.detach().cpu().clone() for output in outputs)
     outcome: Outcome = run_isolated(_watched_call(launcher, args, outputs), (), TIME_LIMIT_S)
     if outcome.not_implemented:
         raise NotImplementedYet(
@@ -142,7 +170,7 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
             f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
             f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}"
         )
-    _, launches, buffers = outcome.value
+    _, launches, buffers, first_before, last_after, not_triton = outcome.value
     buffers = tuple(buffer.cpu() for buffer in buffers)
     if launches == 0:
         fail(
@@ -151,7 +179,53 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
             "no launch",
             f"{what} returned without launching the kernel: the answer must come from your kernel.",
         )
+    if not_triton:
+        fail(
+            scenario,
+            "a launch of your @triton.jit kernel",
+            "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
+            f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
+        )
+    _require_written_by_the_kernel(scenario, what, initial, buffers, first_before, last_after)
     return buffers
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunction():
+        a, b = a.cpu(), b.cpu()
+        return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def _require_written_by_the_kernel(
+    scenario: str, what: str, initial: tuple, buffers: tuple, first_before: tuple | None,
+    last_after: tuple | None,
+) -> None:
+    """Outputs change only during kernel launches: the launcher itself must not write an answer."""
+    if first_before is None or last_after is None:  # a launch object that was never called
+        fail(
+            scenario,
+            "one Triton kernel launch (kernel[grid](...))",
+            "the launch was never run",
+            f"{what} made a launch object but never called it: the answer must come from your kernel.",
+        )
+    for before, start in zip(first_before, initial, strict=True):
+        if not _same_bits(before, start):
+            fail(
+                scenario,
+                "the output untouched until your kernel runs",
+                "the output had already changed before the kernel was launched",
+                f"{what} wrote the output itself (torch, numpy or Python) before launching the kernel: the "
+                "answer must come from your kernel. Keep the launcher as the notebook gives it.",
+            )
+    for after, final in zip(last_after, buffers, strict=True):
+        if not _same_bits(after, final):
+            fail(
+                scenario,
+                "the output as your kernel left it",
+                "the output changed after the kernel had finished",
+                f"{what} changed the output after the launch (torch, numpy or Python arithmetic): the answer "
+                "must come from your kernel. Keep the launcher as the notebook gives it.",
+            )
 
 
 def _require_guards_intact(scenario: str, name: str, output: Guarded, after: torch.Tensor, hint: str) -> None:
@@ -174,7 +248,7 @@ def _describe_worst(got: torch.Tensor, expected: torch.Tensor, axes: tuple[str, 
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
-    return bool(torch.allclose(got, expected, atol=ATOL, rtol=RTOL))
+    return strict_allclose(got, expected, atol=ATOL, rtol=RTOL)
 
 
 # --------------------------------------------------------------------------- puzzle 1: scale
