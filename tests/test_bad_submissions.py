@@ -519,6 +519,9 @@ def test_values_that_compare_equal_to_anything_are_refused(bad_class):
     messages = errors_of(autograded_notebook(root, "always_equal", A), TEST)
     assert any("num_free" in m and "a value of type" in m and "AlwaysEqual" in m for m in messages), messages
     assert "a value of type" in feedback_text(root, "always_equal", A)
+    lines = _integrity_lines(root, "always_equal")  # both runs failed it; the clean run also flags it
+    assert len(lines) == 1 and "flagged in the clean run" in lines[0], lines
+    assert "handed the check what it refuses" in lines[0], lines
 
 
 def test_hidden_only_scenarios_fail_without_naming_their_parameters(bad_class):

@@ -395,8 +395,9 @@ def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes
     assert verdict["passed"] is passes, verdict
     if not passes:
         assert any("outside the Triton kernel" in flag for flag in verdict["flags"]), verdict
-        # the check itself refuses it too (so the kernel's run scores 0 as well)
+        # the check itself refuses it too (so the kernel's run scores 0 as well), and says so as a flag
         assert "changed after the kernel had finished" in verdict["message"], verdict
+        assert any("handed the check what it refuses" in flag for flag in verdict["flags"]), verdict
 
 
 # --- sandbox leftovers when a grader or its kernel is killed (issue 12 e) ------------------------

@@ -46,7 +46,7 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, refuse, strict_allclose
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 
@@ -303,16 +303,16 @@ def _run_learner(
             "allocate the output with torch.empty_like(q) and return it.",
         )
     if type(result) is not torch.Tensor:
-        fail(scenario, "a torch.Tensor", f"a {type(result).__name__} (a tensor subclass)", f"{what} must return the plain output tensor it filled.")
+        refuse(scenario, "a torch.Tensor", f"a {type(result).__name__} (a tensor subclass)", f"{what} must return the plain output tensor it filled.")
     if provenance["not_triton"]:
-        fail(
+        refuse(
             scenario,
             "launches of your @triton.jit kernel",
             "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
             f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
         )
     if from_kernel and not provenance["written"]:
-        fail(
+        refuse(
             scenario,
             "an output written by your Triton kernel",
             f"the tensor {what} returned was not written by a kernel: {provenance['why']}",
@@ -348,7 +348,7 @@ def _refuse_answer_before_launch(
         answer = torch.isclose(before, expected, atol=atol, rtol=rtol) & ~untouched
         count = int(answer.sum())
     if count:
-        fail(
+        refuse(
             scenario,
             "an output written by your Triton kernel",
             f"{count} of the {before.numel()} output values already held the answer before your kernel was launched",

@@ -59,6 +59,17 @@ class NotImplementedYet(CheckFailed):
     """The learner's code still raises NotImplementedError (a fresh student release)."""
 
 
+class Refused(CheckFailed):
+    """The check refused what the learner's code handed it: a value built to fool a comparison (an
+    always-equal object, a tensor subclass) or a kernel's answer computed outside the kernel. A failure
+    like any other for the learner; the grader's second opinion also flags it for the instructor."""
+
+
+def refuse(scenario: str, expected: Any, got: Any, hint: str) -> None:
+    """``fail``, raising ``Refused``."""
+    raise Refused(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")
+
+
 def learner_frames(error: BaseException) -> list[traceback.FrameSummary]:
     """The frames of ``error``'s traceback that are not this package's own code."""
     return [
@@ -447,7 +458,7 @@ _NUMPY_INTS = _numpy_int_types()
 
 
 def _odd_type(scenario: str, what: str, expected: str, value: Any) -> None:
-    fail(
+    refuse(
         f"{scenario}: {what}" if scenario else what,
         expected,
         f"a value of type {_type_name(value)}",
@@ -643,7 +654,7 @@ def refuse_odd_value(value: Any, what: str, scenario: str = "") -> Any:
     """Fail when ``value`` is an ``odd_value``; return it unchanged otherwise."""
     why = odd_value(value)
     if why:
-        fail(
+        refuse(
             f"{scenario}: {what}" if scenario else what,
             "plain values (ints, lists, tuples, exact torch.Tensors)",
             why,
@@ -696,7 +707,7 @@ def run_hidden_scenarios(kinds: dict[str, Callable[..., None]], seed: int, count
         except CheckFailed as error:
             text = str(error)
             hint = text[text.index("  hint:") :] if "  hint:" in text else "  hint: run the visible scenarios again."
-            raise CheckFailed(
+            raise type(error)(
                 f"a hidden scenario failed: {description}.\n"
                 f"  (its sizes and ids are not shown; the visible check passes the same rules on other cases)\n"
                 f"{hint}"

@@ -27,7 +27,7 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
-from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, refuse, strict_allclose
 
 __all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
 
@@ -180,7 +180,7 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
             f"{what} returned without launching the kernel: the answer must come from your kernel.",
         )
     if not_triton:
-        fail(
+        refuse(
             scenario,
             "a launch of your @triton.jit kernel",
             "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
@@ -210,7 +210,7 @@ def _require_written_by_the_kernel(
         )
     for before, start in zip(first_before, initial, strict=True):
         if not _same_bits(before, start):
-            fail(
+            refuse(
                 scenario,
                 "the output untouched until your kernel runs",
                 "the output had already changed before the kernel was launched",
@@ -219,7 +219,7 @@ def _require_written_by_the_kernel(
             )
     for after, final in zip(last_after, buffers, strict=True):
         if not _same_bits(after, final):
-            fail(
+            refuse(
                 scenario,
                 "the output as your kernel left it",
                 "the output changed after the kernel had finished",
