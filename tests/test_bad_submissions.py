@@ -399,7 +399,10 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
         ),
         "capped_share": (
             replace_in_cell(
-                right, SOLUTION, "        self.refs[block] += 1", "        self.refs[block] = min(self.refs[block] + 1, 7)"
+                right,
+                SOLUTION,
+                "        self.refs[block] += 1",
+                "        self.refs[block] = min(self.refs[block] + 1, 7)",
             ),
             0.0,
             "share() stops counting at 7: the visible scenarios pass, a hidden-only scenario kind fails",

@@ -583,7 +583,7 @@ def test_the_negative_scenarios_are_all_far_below_zero():
     assert float(scores.max()) < -104
 
 
-# --------------------------------------------------------------------------- answers computed outside the kernel (issue 12)
+# ----------------------------------------------------------- answers computed outside the kernel (issue 12)
 
 
 def _numpy_decode(q, k_pool, v_pool, block_tables, lengths, block_size):

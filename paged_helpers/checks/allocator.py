@@ -112,10 +112,7 @@ def _refs_hint(expected: int, got: object) -> str:
         )
     if isinstance(got, int) and got < expected:
         return "share(block) means one more table points at the block: add 1 to its count."
-    return (
-        "refs[block] counts the tables (and caches) pointing at the block: "
-        "+1 on allocate/share, -1 on release."
-    )
+    return "refs[block] counts the tables (and caches) pointing at the block: +1 on allocate/share, -1 on release."
 
 
 def _new(allocator_class: type, num_blocks: int, scenario: str) -> object:
@@ -332,7 +329,9 @@ def _hidden_pool_of_one(allocator_class: type, rng: random.Random) -> None:
     for _ in range(rng.randint(2, 4)):
         block = _allocate(allocator, refs, scenario)
         _verify(allocator, refs, scenario)
-        _expect_error(allocator, "allocate", None, MemoryError, refs, scenario, "every block is in use: raise MemoryError.")
+        _expect_error(
+            allocator, "allocate", None, MemoryError, refs, scenario, "every block is in use: raise MemoryError."
+        )
         shares = rng.randint(1, 5)
         for _ in range(shares):
             call_learner(f"share({block})", allocator.share, block, scenario=scenario)
@@ -384,7 +383,15 @@ def _hidden_refusals_between_moves(allocator_class: type, rng: random.Random) ->
         if free and rng.random() < 0.5:
             block = rng.choice(free)
             method = rng.choice(["share", "release"])
-            _expect_error(allocator, method, block, RuntimeError, refs, scenario, "a free block can be neither shared nor released: raise RuntimeError and change nothing.")
+            _expect_error(
+                allocator,
+                method,
+                block,
+                RuntimeError,
+                refs,
+                scenario,
+                "a free block can be neither shared nor released: raise RuntimeError and change nothing.",
+            )
         if free and (not in_use or rng.random() < 0.5):
             _allocate(allocator, refs, scenario)
         elif in_use:

@@ -303,7 +303,12 @@ def _run_learner(
             "allocate the output with torch.empty_like(q) and return it.",
         )
     if type(result) is not torch.Tensor:
-        refuse(scenario, "a torch.Tensor", f"a {type(result).__name__} (a tensor subclass)", f"{what} must return the plain output tensor it filled.")
+        refuse(
+            scenario,
+            "a torch.Tensor",
+            f"a {type(result).__name__} (a tensor subclass)",
+            f"{what} must return the plain output tensor it filled.",
+        )
     if provenance["not_triton"]:
         refuse(
             scenario,

@@ -253,7 +253,11 @@ class _Server:
         as a probe and freed again (which touches its entries: call this last in a step).
         """
         assert not self.prompts, "expect_reachable needs every request freed"
-        held = {block for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)) if refs}
+        held = {
+            block
+            for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario))
+            if refs
+        }
         reached, got = set(), {}
         for name, (prompt, _) in reuse.items():
             probe = f"probe {name}"
@@ -287,7 +291,11 @@ class _Server:
         for seq in list(self.prompts):
             self.free(seq)
         self.evict(self.num_blocks)
-        stuck = [block for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)) if refs]
+        stuck = [
+            block
+            for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario))
+            if refs
+        ]
         if stuck:
             fail(
                 f"{self.scenario}, after freeing every request and evict({self.num_blocks})",
@@ -609,7 +617,7 @@ def _hidden_prefix_tree(PrefixCache: Any, PagedKVCache: Any, rng: random.Random)
         prompt = prompt + _tokens(rng, rng.randint(1, 12))
         seq = f"h{k}"
         server.serve(seq, prompt, f"prompt {k}", reused=_expected_reuse(cached, prompt))
-        cached.update(tuple(prompt[: end]) for end in range(BLOCK, len(prompt) + 1, BLOCK))
+        cached.update(tuple(prompt[:end]) for end in range(BLOCK, len(prompt) + 1, BLOCK))
         prompts.append(prompt)
         running.append(seq)
         if len(running) > 2 or rng.random() < 0.5:
