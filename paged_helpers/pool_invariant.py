@@ -29,7 +29,7 @@ class PoolReading:
         Anything else (an int subclass, an object that says it equals everything) fails as a
         ``CheckFailed`` naming what was expected (``checks.report.learner_int_list``).
         """
-        from .checks.report import learner_int, learner_int_list
+        from .checks.strict import learner_int, learner_int_list
 
         return cls(
             tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),

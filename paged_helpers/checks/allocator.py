@@ -17,16 +17,8 @@ from __future__ import annotations
 import random
 
 from ..pool_invariant import PoolReading
-from .report import (
-    Hint,
-    call_learner,
-    check,
-    expect_raise,
-    fail,
-    learner_int,
-    learner_int_list,
-    run_hidden_scenarios,
-)
+from .report import Hint, call_learner, check, expect_raise, fail, run_hidden_scenarios
+from .strict import learner_int, learner_int_list
 
 __all__ = ["check_block_allocator"]
 

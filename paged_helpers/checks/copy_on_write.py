@@ -42,20 +42,9 @@ from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..workloads import fork_prompt
 from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
-from .report import (
-    Hint,
-    call_learner,
-    ceil_div,
-    check,
-    expect_refused,
-    fail,
-    learner_dict,
-    learner_int,
-    learner_int_list,
-    learner_tensor,
-    torch_unhooked,
-)
+from .report import Hint, call_learner, ceil_div, check, expect_refused, fail
 from .scratch import expect_from_scratch, forward_through_cache
+from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, torch_unhooked
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 

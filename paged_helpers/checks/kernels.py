@@ -46,7 +46,8 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, refuse, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, refuse
+from .strict import genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 

@@ -55,13 +55,10 @@ from .report import (
     expect_refused,
     fail,
     hint_text,
-    learner_dict,
-    learner_int,
-    learner_int_list,
     run_hidden_scenarios,
-    torch_unhooked,
 )
 from .scratch import expect_from_scratch, forward_through_cache
+from .strict import learner_dict, learner_int, learner_int_list, torch_unhooked
 
 __all__ = ["check_paged_kv_cache"]
 

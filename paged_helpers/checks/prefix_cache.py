@@ -25,17 +25,8 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import (
-    Hint,
-    call_learner,
-    check,
-    fail,
-    learner_int,
-    learner_int_list,
-    learner_tensor,
-    run_hidden_scenarios,
-    torch_unhooked,
-)
+from .report import Hint, call_learner, check, fail, run_hidden_scenarios
+from .strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
 
 __all__ = ["check_prefix_cache"]
 

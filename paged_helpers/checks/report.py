@@ -49,9 +49,7 @@ class CheckFailed(AssertionError):
                 lines.append("")
                 lines.append("Where your code raised it (most recent call last):")
                 lines += [line.rstrip("\n") for line in traceback.format_list(frames)]
-            lines += [
-                line.rstrip("\n") for line in traceback.format_exception_only(type(cause), cause)
-            ]
+            lines += [line.rstrip("\n") for line in traceback.format_exception_only(type(cause), cause)]
         return lines
 
 
@@ -72,11 +70,7 @@ def refuse(scenario: str, expected: Any, got: Any, hint: str) -> None:
 
 def learner_frames(error: BaseException) -> list[traceback.FrameSummary]:
     """The frames of ``error``'s traceback that are not this package's own code."""
-    return [
-        frame
-        for frame in traceback.extract_tb(error.__traceback__)
-        if not _is_package_file(frame.filename)
-    ]
+    return [frame for frame in traceback.extract_tb(error.__traceback__) if not _is_package_file(frame.filename)]
 
 
 def _is_package_file(filename: str) -> bool:
@@ -146,9 +140,10 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
     except Exception as error:  # the learner's bug, reported in the learner's terms
         where = f"{scenario}: " if scenario else ""
         raise CheckFailed(
-            f"{where}{what} raised {type(error).__name__}: {error}\n"
-            f"  hint: {_hint_for(error)}"
+            f"{where}{what} raised {type(error).__name__}: {error}\n  hint: {_hint_for(error)}"
         ) from error
+    from .strict import refuse_odd_value  # strict.py builds on this module's fail()
+
     return refuse_odd_value(result, f"what {what} returned", scenario)
 
 
@@ -345,6 +340,8 @@ class CacheSnapshot:
 
     @classmethod
     def of(cls, cache: Any) -> CacheSnapshot:
+        from .strict import learner_dict, learner_int, learner_int_list  # strict.py builds on this module
+
         return cls(
             learner_dict(cache.tables, "cache.tables", "", learner_int_list),
             learner_dict(cache.lengths, "cache.lengths", "", learner_int),
@@ -426,263 +423,6 @@ def expect_refused(
             f"{name}, but the cache changed first: " + "; ".join(changes),
             changed_hint(before, after) if callable(changed_hint) else changed_hint,
         )
-
-
-# ----- reading what the learner's code returned, strictly ------------------------------------
-#
-# A check compares the learner's values with its own. Those comparisons must not run learner
-# code: an object whose ``__eq__`` always says True, an ``int`` subclass, or a tensor subclass
-# (or a leftover torch function mode) that makes ``torch.allclose`` say yes would otherwise pass
-# anything. So values are first turned into plain Python ints, lists, dicts, or exact
-# ``torch.Tensor``s here (anything else fails with a message naming what was expected), and
-# tensors are compared with torch's function overrides switched off (``strict_allclose``).
-
-
-def _type_name(value: Any) -> str:
-    """The value's type's name, read without running any code the type defines."""
-    cls = type(value)
-    name = type.__dict__["__qualname__"].__get__(cls)
-    module = type.__dict__["__module__"].__get__(cls)
-    return name if module in ("builtins", None) else f"{module}.{name}"
-
-
-def _numpy_int_types() -> tuple[type, ...]:
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        return ()
-    return tuple({numpy.dtype(code).type for code in "bhilqpBHILQP"})
-
-
-_NUMPY_INTS = _numpy_int_types()
-
-
-def _odd_type(scenario: str, what: str, expected: str, value: Any) -> None:
-    refuse(
-        f"{scenario}: {what}" if scenario else what,
-        expected,
-        f"a value of type {_type_name(value)}",
-        f"the check reads {what} as {expected}. Keep plain Python values there (a list of ints, an "
-        "int); a subclass or an object of your own that changes how values compare is not accepted.",
-    )
-
-
-def learner_int(value: Any, what: str, scenario: str = "") -> int:
-    """``value`` as a plain int: an exact ``int`` (not bool) or an exact numpy integer; else fail."""
-    kind = type(value)
-    if kind is int:
-        return value
-    if kind in _NUMPY_INTS:
-        return int(value)
-    _odd_type(scenario, what, "an int", value)
-    raise AssertionError("unreachable: fail() raises")
-
-
-_SEQUENCE_TYPES = (list, tuple, range)
-
-
-def learner_int_list(value: Any, what: str, scenario: str = "") -> list[int]:
-    """``value`` as a list of plain ints (a list, tuple, deque, range, 1-D integer array/tensor)."""
-    from collections import deque
-
-    kind = type(value)
-    if kind in _SEQUENCE_TYPES or kind is deque:
-        items = list(value)  # iterating an exact builtin runs no learner code
-    elif _is_exact_ndarray(value) and value.ndim == 1 and value.dtype.kind in "iu":
-        items = [int(v) for v in value.tolist()]
-    elif _is_exact_tensor(value):
-        import torch
-
-        with torch._C.DisableTorchFunction():
-            if value.ndim != 1 or value.dtype.is_floating_point or value.dtype.is_complex:
-                _odd_type(scenario, what, "a list of ints", value)
-            items = [int(v) for v in value.tolist()]
-    else:
-        _odd_type(scenario, what, "a list of ints", value)
-        raise AssertionError("unreachable: fail() raises")
-    return [learner_int(item, f"an element of {what}", scenario) for item in items]
-
-
-def learner_key(value: Any, what: str, scenario: str = "") -> Any:
-    """A dictionary key the check compares: an exact str, int or tuple of those."""
-    kind = type(value)
-    if kind in (str, int) or kind in _NUMPY_INTS:
-        return int(value) if kind in _NUMPY_INTS else value
-    if kind is tuple:
-        return tuple(learner_key(item, what, scenario) for item in value)
-    _odd_type(scenario, what, "a str or int key", value)
-    raise AssertionError("unreachable: fail() raises")
-
-
-def learner_dict(value: Any, what: str, scenario: str, read_value: Callable[[Any, str, str], Any]) -> dict:
-    """``value`` as a plain dict: an exact dict (or defaultdict/OrderedDict), keys and values read strictly."""
-    from collections import OrderedDict, defaultdict
-
-    if type(value) not in (dict, defaultdict, OrderedDict):
-        _odd_type(scenario, what, "a dict", value)
-    return {
-        learner_key(key, f"a key of {what}", scenario): read_value(item, f"{what}[{key!r}]", scenario)
-        for key, item in dict.items(value)
-    }
-
-
-def _is_exact_ndarray(value: Any) -> bool:
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and type(value) is numpy.ndarray
-
-
-def _is_exact_tensor(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and type(value) is torch.Tensor
-
-
-def learner_tensor(value: Any, what: str, scenario: str = "") -> Any:
-    """``value`` if it is an exact ``torch.Tensor`` (no subclass: a subclass can answer for torch)."""
-    if not _is_exact_tensor(value):
-        _odd_type(scenario, what, "a torch.Tensor", value)
-    return value
-
-
-@contextlib.contextmanager
-def torch_unhooked() -> Iterator[None]:
-    """Torch with every ``__torch_function__`` override and mode off (a learner may leave one active)."""
-    import torch
-
-    with torch._C.DisableTorchFunction():
-        yield
-
-
-def strict_allclose(got: Any, expected: Any, *, atol: float, rtol: float, equal_nan: bool = False) -> bool:
-    """``torch.allclose`` on an exact tensor the learner gave, with torch's overrides switched off."""
-    import torch
-
-    if not _is_exact_tensor(got) or not _is_exact_tensor(expected):
-        return False
-    with torch._C.DisableTorchFunction():
-        if got.shape != expected.shape:
-            return False
-        return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
-
-
-def strict_equal(got: Any, expected: Any) -> bool:
-    """``torch.equal`` on exact tensors with torch's overrides switched off."""
-    import torch
-
-    if not _is_exact_tensor(got) or not _is_exact_tensor(expected):
-        return False
-    with torch._C.DisableTorchFunction():
-        return bool(torch.equal(got, expected))
-
-
-_BUILTIN_VALUES = (int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
-
-
-def _mro(kind: type) -> tuple[type, ...]:
-    return type.__dict__["__mro__"].__get__(kind)
-
-
-def _lookup(kind: type, name: str) -> Any:
-    """``kind``'s attribute ``name`` as the MRO's dictionaries hold it (no metaclass code runs)."""
-    for klass in _mro(kind):
-        namespace = type.__dict__["__dict__"].__get__(klass)
-        if name in namespace:
-            return namespace[name]
-    return None
-
-
-def odd_value(value: Any, depth: int = 0) -> str | None:
-    """Why ``value`` (or something inside a list/tuple/dict/set of it) may not reach a comparison.
-
-    A subclass of a builtin value type that changes how it compares, converts or iterates, a
-    ``torch.Tensor`` subclass, or any object carrying its own ``__torch_function__``: each can make a
-    check's ``==``, ``in`` or ``torch.allclose`` say yes to a wrong answer. None when the value is plain.
-    """
-    kind = type(value)
-    if kind in _BUILTIN_VALUES or value is None or kind is bool or depth > 4:
-        return _odd_inside(value, depth) if kind in (list, tuple, dict, set, frozenset) else None
-    mro = _mro(kind)
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.Tensor in mro:
-        return None if kind is torch.Tensor else f"a torch.Tensor subclass ({_type_name(value)})"
-    if _lookup(kind, "__torch_function__") is not None:
-        return f"an object with its own __torch_function__ ({_type_name(value)})"
-    for base in _BUILTIN_VALUES:
-        if base in mro:
-            changed = [
-                name
-                for klass in mro[: mro.index(base)]
-                if type.__dict__["__module__"].__get__(klass) not in _TRUSTED_MODULES
-                for name in type.__dict__["__dict__"].__get__(klass)
-                if name.startswith("__") and name.endswith("__") and name not in _HARMLESS_DUNDERS
-            ]
-            if changed:
-                return f"a {base.__name__} subclass ({_type_name(value)}) that redefines {', '.join(changed[:3])}"
-            return _odd_inside(value, depth)
-    return None
-
-
-# Subclasses of builtin values made by the standard library (OrderedDict, defaultdict, Counter):
-# their methods are not the learner's.
-_TRUSTED_MODULES = ("builtins", "collections")
-# What a subclass may define without changing how its values compare, convert, iterate or compute
-# (a namedtuple defines these).
-_HARMLESS_DUNDERS = frozenset(
-    {
-        "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__repr__",
-        "__str__", "__format__", "__init__", "__new__", "__reduce__", "__reduce_ex__", "__getnewargs__",
-        "__annotations__", "__match_args__", "__init_subclass__", "__class_getitem__", "__orig_bases__",
-        "__parameters__", "__firstlineno__", "__static_attributes__",
-    }
-)  # fmt: skip
-
-
-def _odd_inside(value: Any, depth: int) -> str | None:
-    if isinstance(value, dict):
-        items = [*dict.keys(value), *dict.values(value)]
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        items = list(value)[:10_000]
-    else:
-        return None
-    for item in items:
-        why = odd_value(item, depth + 1)
-        if why:
-            return why
-    return None
-
-
-def refuse_odd_value(value: Any, what: str, scenario: str = "") -> Any:
-    """Fail when ``value`` is an ``odd_value``; return it unchanged otherwise."""
-    why = odd_value(value)
-    if why:
-        refuse(
-            f"{scenario}: {what}" if scenario else what,
-            "plain values (ints, lists, tuples, exact torch.Tensors)",
-            why,
-            "the check compares what your code returns with the right answer; return plain Python values "
-            "or tensors, not objects that decide for themselves what they are equal to.",
-        )
-    return value
-
-
-def genuine_triton_kernel(kernel: Any) -> bool:
-    """Whether a launched object is Triton's own kernel (jit, interpreter, autotuner), with Triton's own
-    ``run`` and ``__call__``: a kernel object of the learner's class, or one whose ``run`` was replaced,
-    could compute the answer in Python while it "launches"."""
-    import os
-
-    triton = sys.modules.get("triton")
-    if triton is None:
-        return False
-    root = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
-    kind = type(kernel)
-    if not str(type.__dict__["__module__"].__get__(kind)).startswith("triton."):
-        return False
-    for name in ("run", "__call__"):
-        function = _lookup(kind, name)
-        code = getattr(function, "__code__", None)
-        if code is not None and not os.path.abspath(code.co_filename).startswith(root):
-            return False
-    return True
 
 
 # ----- hidden scenarios ----------------------------------------------------------------------------

@@ -27,7 +27,8 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
-from .report import CheckFailed, NotImplementedYet, check, fail, genuine_triton_kernel, refuse, strict_allclose
+from .report import CheckFailed, NotImplementedYet, check, fail, refuse
+from .strict import genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
 
@@ -197,7 +198,11 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _require_written_by_the_kernel(
-    scenario: str, what: str, initial: tuple, buffers: tuple, first_before: tuple | None,
+    scenario: str,
+    what: str,
+    initial: tuple,
+    buffers: tuple,
+    first_before: tuple | None,
     last_after: tuple | None,
 ) -> None:
     """Outputs change only during kernel launches: the launcher itself must not write an answer."""
