@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         type=_positive,
         default=1,
-        help="students graded at once, one nbgrader process each (needs a PostgreSQL gradebook; default 1)",
+        help="students graded at once, one nbgrader process each (needs a PostgreSQL gradebook; default 1). "
+        "Each worker keeps about two cores busy (a kernel and its second opinion): use about half the cores",
     )
     p.set_defaults(run=cmd_grade)
 
