@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..demos.radix import create_holding
 from ..device import DEVICE
 from ..model import tiny_qwen3
 from ..workloads import multi_turn_chats, random_tokens
@@ -127,11 +128,8 @@ class _ModelServer:
                 fail(where, f"{wanted} tokens reused from the cache", f"{reused} ({len(blocks)} blocks)", REUSE_HINT)
         self._expect_matched_blocks(blocks, prompt, where)
         call_learner(f"lock(node of {name}'s match)", self.radix.lock, node, scenario=where)
-        call_learner(f"create({seq!r})", self.cache.create, seq, scenario=where)
-        for block in blocks:
-            self.cache.allocator.share(block)  # the request's own reference, as the engine takes it
-        self.cache.tables[seq].extend(blocks)
-        self.cache.lengths[seq] = reused
+        # create, then the matched blocks shared into the new table (the request's own references)
+        call_learner(f"create({seq!r}) holding match's blocks", create_holding, self.cache, seq, blocks, scenario=where)
         self.locks[seq] = node
         self.tokens[seq] = list(prompt[:reused])
         self._reserve(seq, len(prompt) - reused, where)

@@ -101,7 +101,7 @@ class RadixServer:
     def start(self, seq: str, prompt: list[int]) -> int | None:
         node, blocks = self.radix.match(prompt[:-1])
         self.radix.lock(node)  # before reserve: evicting our own prefix would free nothing useful
-        reused = _create_holding(self.cache, seq, blocks)
+        reused = create_holding(self.cache, seq, blocks)
         if not _reserve(self.cache, seq, len(prompt) - reused, self.radix.evict):
             self.radix.unlock(node)
             self.cache.free(seq)
@@ -120,7 +120,7 @@ class RadixServer:
         self.cache.free(seq)
 
 
-def _create_holding(cache: Any, seq: str, blocks: list[int]) -> int:
+def create_holding(cache: Any, seq: str, blocks: list[int]) -> int:
     """Create ``seq`` in ``cache`` whose first logical blocks are ``blocks``, full and shared (one more
     reference each, owned by seq's table). Returns the tokens they hold: what seq skips in prefill."""
     cache.create(seq)
