@@ -104,3 +104,23 @@ def test_release_says_not_implemented_yet(tmp_path, right):
     released = release_definition(tmp_path, NOTEBOOK, "RadixCache", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_radix_logits(released, right[1])
+
+
+def test_the_pool_is_read_strictly(right, failing_message):
+    """The check reads refcounts as plain ints: a list that says it equals anything is refused, not trusted."""
+
+    class SaysEqual(list):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = None
+
+    class Sneaky(right[1]):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # refs stays the allocator's own list (in its __dict__); readers get it wrapped
+            wrapped = property(lambda allocator: SaysEqual(allocator.__dict__["refs"]))
+            self.allocator.__class__ = type("SneakyAllocator", (type(self.allocator),), {"refs": wrapped})
+
+    message = failing_message(check_radix_logits, right[0], Sneaky)
+    assert "allocator.refs" in message and "SaysEqual" in message, message

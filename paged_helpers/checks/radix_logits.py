@@ -35,6 +35,7 @@ from ..model import tiny_qwen3
 from ..workloads import multi_turn_chats, random_tokens
 from .report import call_learner, check, fail
 from .scratch import expect_from_scratch, forward_through_cache
+from .strict import learner_int, learner_int_list, learner_tensor, strict_equal
 
 __all__ = ["check_radix_logits"]
 
@@ -136,12 +137,10 @@ class _ModelServer:
         self._forward(
             seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
         )
-        for index, block in enumerate(self.cache.tables[seq][len(blocks) : len(prompt) // BLOCK], start=len(blocks)):
+        for index, block in enumerate(self._table(seq)[len(blocks) : len(prompt) // BLOCK], start=len(blocks)):
             self.written[block] = tuple(prompt[: (index + 1) * BLOCK])
-            self.keys[block] = self.cache.k_pool[0][block].clone()
-        new = call_learner(
-            f"insert({name}, table)", self.radix.insert, list(prompt), list(self.cache.tables[seq]), scenario=where
-        )
+            self.keys[block] = self._layer0_keys(block).clone()
+        new = call_learner(f"insert({name}, table)", self.radix.insert, list(prompt), self._table(seq), scenario=where)
         call_learner(f"lock(node of {name} after insert)", self.radix.lock, new, scenario=where)
         call_learner(f"unlock(node of {name}'s match)", self.radix.unlock, node, scenario=where)
         self.locks[seq] = new
@@ -161,7 +160,7 @@ class _ModelServer:
             self.finish(seq)
         call_learner(f"evict({self.num_blocks})", self.radix.evict, self.num_blocks, scenario=self.scenario)
         self._expect_tree_held(f"{self.scenario}, after every request finished and evict({self.num_blocks})")
-        free = self.cache.allocator.num_free
+        free = self._num_free()
         if free != self.num_blocks:
             fail(
                 f"{self.scenario}, after every request finished and evict({self.num_blocks})",
@@ -173,15 +172,18 @@ class _ModelServer:
 
     # --- the engine's steps --------------------------------------------------------------------
     def _reserve(self, seq: str, tokens: int, where: str) -> None:
-        before = len(self.cache.tables[seq])
+        before = len(self._table(seq))
         try:
             self.cache.reserve(seq, tokens)
         except MemoryError:
-            wanted = self.cache.allocator.num_free + self.cache.blocks_to_add(seq, tokens)
+            to_add = call_learner(
+                f"blocks_to_add({seq!r}, {tokens})", self.cache.blocks_to_add, seq, tokens, scenario=where
+            )
+            wanted = self._num_free() + learner_int(to_add, f"blocks_to_add({seq!r}, {tokens})", where)
             call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=where)
             self._expect_tree_held(f"{where}, after evict({wanted})")
             call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
-        self._expect_fresh(seq, self.cache.tables[seq][before:], where)
+        self._expect_fresh(seq, self._table(seq)[before:], where)
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
         call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
@@ -203,7 +205,21 @@ class _ModelServer:
             best = max(best, same * BLOCK)
         return best
 
+    # Read strictly (checks/strict.py): a learner's int or tensor subclass cannot answer for itself.
+    def _refs(self, where: str) -> list[int]:
+        return learner_int_list(self.cache.allocator.refs, "allocator.refs", where)
+
+    def _table(self, seq: str) -> list[int]:
+        return learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", self.scenario)
+
+    def _num_free(self) -> int:
+        return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.scenario)
+
+    def _layer0_keys(self, block: int) -> torch.Tensor:
+        return learner_tensor(self.cache.k_pool[0], "cache.k_pool[0]", self.scenario)[block]
+
     def _expect_matched_blocks(self, blocks: list[int], prompt: list[int], where: str) -> None:
+        refs = self._refs(where)
         for index, block in enumerate(blocks):
             wanted = tuple(prompt[: (index + 1) * BLOCK])
             written = self.written.get(block)
@@ -215,14 +231,14 @@ class _ModelServer:
                     f"block {block}, which holds {what}",
                     MATCHED_WRONG_HINT,
                 )
-            if not self.cache.allocator.refs[block]:
+            if not refs[block]:
                 fail(
                     where,
                     f"block {block} (match's block {index}) held by the tree: refcount at least 1",
                     "refcount 0: the block is on the free list, though match still hands it out",
                     OVERWRITTEN_HINT,
                 )
-            if not torch.equal(self.cache.k_pool[0][block], self.keys[block]):
+            if not strict_equal(self._layer0_keys(block), self.keys[block]):
                 fail(
                     where,
                     f"block {block} (match's block {index}) unchanged since its prefill wrote it",
@@ -231,8 +247,9 @@ class _ModelServer:
                 )
 
     def _expect_tree_held(self, where: str) -> None:
+        refs = self._refs(where)
         for block, prefix in _tree_blocks(self.radix).items():
-            if not self.cache.allocator.refs[block]:
+            if not refs[block]:
                 fail(
                     where,
                     f"block {block}, which the tree still holds for tokens 0..{len(prefix) - 1} of a cached prefix, "
@@ -252,7 +269,7 @@ class _ModelServer:
                     f"for tokens 0..{len(in_tree[block]) - 1} of a cached prefix",
                     OVERWRITTEN_HINT,
                 )
-            others = [other for other, table in self.cache.tables.items() if other != seq and block in table]
+            others = [other for other in list(self.cache.tables) if other != seq and block in self._table(other)]
             if others:
                 fail(
                     where,
