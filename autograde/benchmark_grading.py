@@ -26,6 +26,7 @@ cores) and a JSON summary.
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import json
 import os
@@ -208,6 +209,7 @@ def private_package_copy(site: Path) -> Path:
     data = site / PACKAGE / "course_data" / "files"
     if not data.is_dir() and (package.parent / "data").is_dir():
         shutil.copytree(package.parent / "data", data)
+    compileall.compile_dir(site / PACKAGE, quiet=1)  # as `pip install` does: the sandbox can't write them
     return site / PACKAGE
 
 

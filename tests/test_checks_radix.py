@@ -284,3 +284,30 @@ def test_release_says_not_implemented_yet(tmp_path, right):
     order = release_definition(tmp_path, NOTEBOOK, "cache_aware_order", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_cache_aware_order(order)
+
+
+def test_the_tree_is_read_strictly(right, failing_message, monkeypatch):
+    """A lock that is never released, hidden behind a lock_count that says it equals anything: the
+    check reads the tree's counts, tokens and blocks as plain values and refuses it, naming it."""
+
+    class EqualsAnything(int):
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        __hash__ = int.__hash__
+
+    namespace = right[0].__init__.__globals__  # the notebook's module: where insert and split make nodes
+
+    class HidingNode(namespace["RadixNode"]):
+        lock_count = property(
+            lambda node: EqualsAnything(node.__dict__["count"]),
+            lambda node, value: node.__dict__.__setitem__("count", value),
+        )
+
+    monkeypatch.setitem(namespace, "RadixNode", HidingNode)
+    never_unlocks = type("NeverUnlocks", (right[0],), {"unlock": unlock_never})
+    message = failing_message(check_radix_cache, never_unlocks, right[1])
+    assert "node.lock_count" in message and "EqualsAnything" in message, message

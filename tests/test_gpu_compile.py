@@ -161,3 +161,87 @@ def test_launches_that_differ_only_in_lengths_share_one_compile():
     (second,) = capture_launches(solution(DECODE, "paged_decode_attention"), _decode_args(longer))
     assert first == second
     assert first.constexpr_values() == {"BLOCK": 16, "D": 128}
+
+
+def test_the_compile_process_binds_tensors_right_without_importing_torch():
+    """The compiling process stands for each tensor with its dtype and an aligned address (importing
+    torch there cost more than most compiles). Triton's binder remembers a dtype by its object's
+    identity: stand-ins made afresh per argument and freed were, at random, read as another dtype
+    (an int32 table bound as bfloat16). Every launch is compiled three times over, all must agree."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from paged_helpers.checks import gpu_compile
+
+    launches = _launches(DECODE, "paged_decode_attention", DECODE_CASES, _decode_args)
+    modules = {gpu_compile._module_id(launch.module_source): launch.module_source for launch in launches}
+    jobs = [
+        {
+            "key": f"{copy}-{index}",
+            "module": gpu_compile._module_id(launch.module_source),
+            "kernel": launch.kernel,
+            "target": 80,
+            "args": list(launch.args),
+            "kwargs": dict(launch.kwargs),
+        }
+        for copy in range(3)
+        for index, launch in enumerate(launches)
+    ]
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(gpu_compile._WORKER)],
+        input=json.dumps({"modules": modules, "jobs": jobs}),
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=gpu_compile.COMPILE_TIME_LIMIT_S,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported
+    answers = {answer["key"]: answer for answer in json.loads(done.stdout)}
+    failed = [(key, answer["error"][-300:]) for key, answer in answers.items() if not answer["ok"]]
+    assert not failed, failed
+    for index in range(len(launches)):
+        assert len({answers[f"{copy}-{index}"]["registers"] for copy in range(3)}) == 1
+
+
+def test_a_graded_run_trusts_no_compile_result_on_disk(tmp_path, monkeypatch):
+    """A launcher runs before its kernel is compiled, and the cache key is public: in a graded run a
+    result file it planted would pass a kernel that never compiles for a GPU."""
+    import json
+
+    from paged_helpers.checks import gpu_compile
+
+    wrong = variant(tmp_path, PREFILL, "paged_prefill_attention", DOT_FOR_PV)
+    (launch,) = capture_launches(wrong, _prefill_args(PREFILL_CASES[0]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu_compile, "_CACHE", {})
+    planted = gpu_compile._cache_folder() / f"{gpu_compile._key(launch, 80)}.json"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(json.dumps({"ok": True, "seconds": 0.1, "registers": 32, "spill_bytes": 0, "num_warps": 4}))
+    monkeypatch.setattr(gpu_compile, "_DISK_CACHE", True)  # the learner's own runs: the file is believed
+    assert compile_launches([launch], (80,))[0].ok
+    monkeypatch.setattr(gpu_compile, "_CACHE", {})
+    monkeypatch.setattr(gpu_compile, "_DISK_CACHE", False)  # graded
+    assert not compile_launches([launch], (80,))[0].ok
+    assert json.loads(planted.read_text())["ok"], "a graded run writes no result either"
+
+
+def test_the_disk_cache_is_off_when_the_package_is_imported_for_grading():
+    import subprocess
+    import sys
+
+    script = "import paged_helpers.checks.gpu_compile as g; print('DISK', g._DISK_CACHE)"
+    for graded, expected in (("1", "DISK False"), ("", "DISK True")):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "PAGED_HELPERS_GRADED": graded},
+            timeout=120,
+            check=True,
+        )
+        assert expected in done.stdout

@@ -32,6 +32,12 @@ def test_pristine_copy_verifies(snapshot):
     assert kernel_guard.verify(root, digest) == root / "paged_helpers"
 
 
+def _plant_bytecode(root: Path, name: str) -> None:
+    """A compiled module beside the sources: Python imports ``checks/NAME.pyc`` with no source."""
+    cached = next(root.glob("paged_helpers/checks/__pycache__/allocator.*.pyc"))
+    shutil.copyfile(cached, root / "paged_helpers" / "checks" / f"{name}.pyc")
+
+
 @pytest.mark.parametrize(
     "tamper, words",
     [
@@ -39,14 +45,42 @@ def test_pristine_copy_verifies(snapshot):
         (lambda root: (root / "paged_helpers/checks/allocator.py").unlink(), "changed or removed"),
         (lambda root: (root / "paged_helpers/checks/sneaky.py").write_text("pass\n"), "added"),
         (lambda root: (root / "manifest.json").write_text("{}"), "manifest"),
+        (lambda root: next(root.glob("paged_helpers/checks/__pycache__/allocator.*.pyc")).write_bytes(b"x"), "changed"),
+        (lambda root: _plant_bytecode(root, "sneaky"), "added"),
     ],
-    ids=["edited", "deleted", "added", "manifest"],
+    ids=["edited", "deleted", "added", "manifest", "edited bytecode", "added bytecode"],
 )
 def test_tampered_copy_is_refused(snapshot, tamper, words):
     root, digest = snapshot.write_pristine_copy()
     tamper(root)
     with pytest.raises(AssertionError, match=words):
         kernel_guard.verify(root, digest)
+
+
+def test_test_cells_import_the_copy_compiled_once_by_the_grader(snapshot):
+    """Every test cell imports the package afresh from a copy the sandbox sees read-only: the grader
+    writes its modules compiled (checked-hash pycs), so no cell compiles a module again."""
+    root, digest = snapshot.write_pristine_copy()
+    sources = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    assert sources
+    script = guard.preamble(root, digest) + textwrap.dedent(
+        """
+        import importlib.machinery as machinery
+        compiled = []
+        original = machinery.SourceFileLoader.source_to_code
+        machinery.SourceFileLoader.source_to_code = lambda self, data, path, **k: (
+            compiled.append(path), original(self, data, path, **k))[1]
+        """
+    )
+    script += guard.preamble(root, digest) + textwrap.dedent(
+        """
+        import paged_helpers.checks.allocator, paged_helpers.checks.kernels
+        print("COMPILED", [p for p in compiled if "paged_helpers" in p])
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "COMPILED []" in done.stdout
 
 
 def test_edited_installed_package_is_found_and_restored(snapshot):
@@ -398,6 +432,40 @@ def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes
         # the check itself refuses it too (so the kernel's run scores 0 as well), and says so as a flag
         assert "changed after the kernel had finished" in verdict["message"], verdict
         assert any("handed the check what it refuses" in flag for flag in verdict["flags"]), verdict
+
+
+# A launcher that computes the answer in Python from the input's values, then has a kernel of its own
+# (the scale kernel with factor 1: a copy) write it into the output: every launch is genuine and the
+# output is exactly what the last launch wrote.
+HONEST_LAUNCH = "    scale_kernel[(triton.cdiv(n, block),)](x, out, n, factor, BLOCK=block)"
+COPIED_ANSWERS = {
+    "tolist": "    answer = torch.tensor([v * factor for v in x.tolist()], dtype=x.dtype)",
+    "float_of_each_element": "    answer = torch.tensor([float(v) * factor for v in x], dtype=x.dtype)",
+    "deepcopy_then_numpy_free_math": (
+        "    import copy\n    answer = torch.tensor([v * factor for v in copy.deepcopy(x).tolist()], dtype=x.dtype)"
+    ),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", sorted(COPIED_ANSWERS))
+def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how):
+    from autograde_helpers import second_opinion
+
+    assignment = "06_triton_warmup"
+    notebook = _warmup_submission()
+    cell = next(c for c in notebook.cells if "def scale(" in c.source)
+    assert HONEST_LAUNCH in cell.source
+    copying_launch = "    scale_kernel[(triton.cdiv(n, block),)](answer, out, n, 1.0, BLOCK=block)"
+    cell.source = cell.source.replace(HONEST_LAUNCH, COPIED_ANSWERS[how] + "\n" + copying_launch)
+    submission = _student_course(tmp_path, assignment=assignment, notebook=notebook)
+    notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
+    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
+    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
+    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    assert verdict["passed"] is False, verdict
+    assert verdict["message"] == "", "the check itself passes it: only the clean run's watch can tell"
+    assert any("read the values of a tensor the check gave its launcher" in f for f in verdict["flags"]), verdict
 
 
 # --- sandbox leftovers when a grader or its kernel is killed (issue 12 e) ------------------------

@@ -141,6 +141,9 @@ def test_the_grading_guard_marks_its_runs_as_graded():
     assert kernel_guard.GRADED_ENV == GRADED_ENV
     source = Path(kernel_guard.__file__).read_text()
     assert "os.environ[GRADED_ENV] = \"1\"" in source
+    runner = (Path(kernel_guard.__file__).parent / "opinion_runner.py").read_text()
+    marked = runner.index(f'os.environ["{GRADED_ENV}"] = "1"')
+    assert marked < runner.index("import paged_helpers"), "the clean run is graded before the package is imported"
 
 
 def test_a_passing_check_says_what_it_verified(capsys):

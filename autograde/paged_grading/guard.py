@@ -9,8 +9,9 @@ Defence, in three parts:
 * ``HelperSnapshot`` reads every file of the installed ``paged_helpers`` into memory once,
   when grading starts (the instructor's installed copy is the reference).
 * ``GuardChecks`` (sanitize step, after OverwriteCells has restored the locked test cells)
-  writes a pristine copy of that snapshot plus ``kernel_guard.py`` and a hash manifest into a
-  new private temporary folder for this notebook, and prepends to every autograded test cell
+  writes a pristine copy of that snapshot (its modules compiled once by the grader, so that no
+  test cell compiles them again) plus ``kernel_guard.py`` and a hash manifest of sources and
+  bytecode into a new private temporary folder for this notebook, and prepends to every autograded test cell
   two lines that verify the copy and re-import ``paged_helpers`` from it (see
   ``kernel_guard``). The hashes are written literally into the cell, so editing the copy on
   disk from a learner cell makes that test fail with an integrity message instead of passing.
@@ -78,6 +79,26 @@ def _package_files(package_dir: Path) -> dict[str, bytes]:
     return files
 
 
+def _bytecode(files: dict[str, bytes]) -> dict[str, bytes]:
+    """Compiled modules for the pristine copies, made once: ``__pycache__/NAME.TAG.pyc`` -> pyc bytes.
+
+    Every test cell imports the package afresh from a copy the sandbox sees read-only, so without
+    these each cell would compile every module it imports from source again. They are checked-hash
+    pycs (valid for their source whatever its timestamp) and are in the manifest like the sources.
+    """
+    from importlib import _bootstrap_external as external
+    from importlib.util import cache_from_source, source_hash
+
+    compiled = {}
+    for relative, data in files.items():
+        if not relative.endswith(".py"):
+            continue
+        code = compile(data, relative, "exec", dont_inherit=True)
+        pyc = Path(cache_from_source(relative)).as_posix()
+        compiled[pyc] = bytes(external._code_to_hash_pyc(code, source_hash(data), checked=True))
+    return compiled
+
+
 def _on_disk(package_dir: Path, relative: str) -> Path:
     """Where the snapshot's file ``relative`` lives: data taken from a clone goes back to the clone's data/."""
     prefix = f"{_INSTALLED_DATA}/"
@@ -92,14 +113,19 @@ class HelperSnapshot:
     def __init__(self, package_dir: Path):
         self.package_dir = package_dir
         self.files = _package_files(package_dir)
-        self.manifest = {rel: _sha256(data) for rel, data in self.files.items() if rel.endswith(".py")}
+        self.bytecode = _bytecode(self.files)
+        self.manifest = {
+            rel: _sha256(data)
+            for rel, data in [*self.files.items(), *self.bytecode.items()]
+            if rel.endswith((".py", ".pyc"))
+        }
         self.written: list[Path] = []  # pristine copies not yet cleaned up
 
     def write_pristine_copy(self) -> tuple[Path, str]:
         """A new private folder with the package, kernel_guard.py and manifest.json; and its hash."""
         root = Path(tempfile.mkdtemp(prefix="paged-grading-"))
         self.written.append(root)
-        for relative, data in self.files.items():
+        for relative, data in [*self.files.items(), *self.bytecode.items()]:
             target = root / PACKAGE / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)

@@ -56,7 +56,7 @@ def verify(root: str | Path, manifest_sha256: str) -> Path:
         raise _integrity_error("the manifest of the pristine copy was changed")
     manifest: dict[str, str] = json.loads(manifest_path.read_text())
     package_dir = root / PACKAGE
-    present = {p.relative_to(package_dir).as_posix() for p in package_dir.rglob("*.py")}
+    present = {p.relative_to(package_dir).as_posix() for p in package_dir.rglob("*.py*")}
     extra = sorted(present - set(manifest))
     if extra:
         raise _integrity_error(f"files were added to the pristine copy: {', '.join(extra)}")

@@ -41,6 +41,11 @@ import sys
 import sysconfig
 import time
 
+if __name__ == "__main__":
+    # A graded run (paged_helpers.checks.report.graded_run), as in the grading kernel: decided before
+    # the package is imported (the GPU compile check, for one, then trusts no result file on disk).
+    os.environ["PAGED_HELPERS_GRADED"] = "1"
+
 # The checks first, before any student code: what the cells call is fixed here.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 from paged_helpers.checks import report
@@ -108,12 +113,14 @@ def _is_learner(frame) -> bool:
 STDLIB = sysconfig.get_paths()["stdlib"]
 
 
+def _in_stdlib(frame) -> bool:
+    filename = frame.f_code.co_filename
+    return filename.startswith(("<frozen", STDLIB)) and "site-packages" not in filename
+
+
 def _first_outside_stdlib(frame):
     """Whoever called into the standard library (subprocess, os, ...): that is the actor."""
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(("<frozen", STDLIB))
-        and "site-packages" not in frame.f_code.co_filename
-    ):
+    while frame is not None and _in_stdlib(frame):
         frame = frame.f_back
     return frame
 
@@ -209,26 +216,49 @@ def _restore_import_system() -> list[str]:
     return changed
 
 
+def _first_outside_torch(frame):
+    """Whoever called into torch or the standard library (``repr``, ``copy.deepcopy`` and ``pickle``
+    reach a tensor's values through Python code of torch's own): that is the actor."""
+    while frame is not None and (_module_of(frame).split(".")[0] == "torch" or _in_stdlib(frame)):
+        frame = frame.f_back
+    return frame
+
+
 def _torch_math_watch(watch: Watch):
     """A torch function mode that reports torch math called directly from student code.
 
     Used when the student's notebook defines Triton kernels: there the answer must come from a
-    kernel, so ``out.copy_(x * factor)`` after a launch that does nothing is caught.
+    kernel, so ``out.copy_(x * factor)`` after a launch that does nothing is caught, and so is
+    any value of the launcher's float inputs read out in Python (``x.tolist()``, then a kernel of
+    one's own that copies a Python-made answer; see ``paged_helpers.checks.kernel_inputs``).
     """
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from paged_helpers.checks.kernel_inputs import reads_values
+
     class StudentTorchMath(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", "")
-            if name in TORCH_MATH and _is_learner(sys._getframe(1)):
+            was_busy, watch.busy = watch.busy, True  # the watch's own look at the stack is not audited
+            try:
+                caller = sys._getframe(1)
+            finally:
+                watch.busy = was_busy
+            if name in TORCH_MATH and _is_learner(caller):
                 watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
-            elif name in TORCH_TO_NUMPY and _is_learner(sys._getframe(1)):
+            elif name in TORCH_TO_NUMPY and _is_learner(caller):
                 watch.report(
                     f"student code took a tensor's values out with Tensor.{name}() in a Triton notebook's check "
                     "(numpy or Python arithmetic outside the Triton kernel)"
                 )
-            return func(*args, **(kwargs or {}))
+            result = func(*args, **(kwargs or {}))
+            if _is_learner(_first_outside_torch(caller)) and reads_values(func, args, kwargs, result):
+                watch.report(
+                    f"student code read the values of a tensor the check gave its launcher (torch {name}) "
+                    "in Python: only the Triton kernel may load them"
+                )
+            return result
 
     del torch
     return StudentTorchMath()

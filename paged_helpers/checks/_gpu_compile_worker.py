@@ -47,12 +47,44 @@ def _load_module(module_id: str, source: str, folder: str):
     return module
 
 
-def _argument(descriptor: dict):
-    import torch
+class _TorchDtypeName:
+    """What Triton's binder reads of a torch dtype: its name, printed as ``torch.<name>``."""
 
+    __module__ = "torch"
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
+
+
+# One object per dtype, alive for the whole process, as torch's are: Triton's binder caches what
+# it learnt of a dtype by the object's identity, so a dtype freed and another made at its address
+# would be read as the first.
+_DTYPES: dict[str, _TorchDtypeName] = {}
+
+
+class _Pointer:
+    """A tensor as the binder sees it: a dtype and a 16-byte-aligned address (as torch allocates).
+
+    The worker never imports torch (it would cost more than most compiles): the binder reads
+    only ``dtype`` and ``data_ptr()`` of a tensor argument.
+    """
+
+    def __init__(self, dtype_name: str):
+        self.dtype = _DTYPES.setdefault(dtype_name, _TorchDtypeName(dtype_name))
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 1 << 12
+
+
+def _argument(descriptor: dict):
     if "tensor" in descriptor:
-        # A 16-byte-aligned allocation of the dtype: the binder reads only dtype and alignment.
-        return torch.empty(16, dtype=getattr(torch, descriptor["tensor"]))
+        return _Pointer(descriptor["tensor"])
     return descriptor["value"]
 
 

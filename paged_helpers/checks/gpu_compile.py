@@ -14,9 +14,9 @@ the kernel checks also compile the learner's kernels for sm_80 (A100) and sm_90 
 3. **explain**: a compile error becomes a learner's message; registers and spills come back
    as facts, and spills are printed as advice (a slow kernel is not a wrong one).
 
-Results are cached per (Triton version, kernel source, arguments, target), in this process and
-on disk (``~/.cache/paged_helpers/gpu_compile``, one small JSON each), so a second run of a check,
-in any process, starts no compiler.
+Results are cached per (Triton version, kernel source, arguments, target), in this process and,
+except in a graded run, on disk (``~/.cache/paged_helpers/gpu_compile``, one small JSON each), so
+a second run of a check, in any process, starts no compiler.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .report import graded_run
 
 __all__ = [
     "TARGETS",
@@ -267,6 +269,12 @@ def capture_launches(launcher: Callable, args: tuple) -> list[Launch]:
 
 _CACHE: dict[str, CompileResult] = {}
 
+# The disk cache is the learner's convenience. In a graded run the learner's code shares the file
+# system with the check, and a result file it wrote (the key is public) would pass a kernel that
+# never compiled: there only this process's own compiles count. Decided when the package is
+# imported, before any learner code runs (the grader imports it afresh for every test cell).
+_DISK_CACHE = not graded_run()
+
 
 def _cache_folder() -> Path:
     """Where compile results are kept between processes (a second run of a check starts no compiler)."""
@@ -288,6 +296,8 @@ def _module_id(source: str) -> str:
 
 
 def _load_cached(key: str, launch: Launch, target: int) -> CompileResult | None:
+    if not _DISK_CACHE:
+        return None
     try:
         facts = json.loads((_cache_folder() / f"{key}.json").read_text())
     except (OSError, ValueError):
@@ -299,6 +309,8 @@ def _store_cached(key: str, result: CompileResult) -> None:
     facts = {
         name: getattr(result, name) for name in CompileResult.__dataclass_fields__ if name not in ("launch", "target")
     }
+    if not _DISK_CACHE:
+        return
     try:
         _cache_folder().mkdir(parents=True, exist_ok=True)
         (_cache_folder() / f"{key}.json").write_text(json.dumps(facts))

@@ -34,6 +34,7 @@ from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compi
 from .guard_bands import SENTINEL, guarded_allocations
 from .isolated import Outcome, run_isolated
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
+from .kernel_inputs import launcher_inputs
 from .kernel_scenarios import (
     DECODE_CASES,
     GPU_COMPILE_DECODE_CASES,
@@ -134,7 +135,7 @@ def _watched(launcher: Callable) -> Callable:
         jit.KernelInterface.__getitem__ = counting_getitem
         attention.gather_history = counting_gather
         try:
-            with guarded_allocations() as allocations:
+            with guarded_allocations() as allocations, launcher_inputs(args):
                 result = launcher(*args)
         finally:
             jit.KernelInterface.__getitem__ = original_getitem

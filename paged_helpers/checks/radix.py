@@ -32,6 +32,7 @@ import random
 from typing import Any
 
 from .report import call_learner, ceil_div, check, fail
+from .strict import learner_dict, learner_int, learner_int_list
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
 
@@ -90,7 +91,7 @@ class _Engine:
             fail(
                 where, "a pair (node, list of blocks)", repr(got), "return the node where the match ends and its blocks"
             )
-        node, blocks = got[0], list(got[1])
+        node, blocks = got[0], learner_int_list(got[1], f"the blocks match({what}) returned", self.scenario)
         reused = len(blocks) * BLOCK
         path = self.path(node, where)
         if path != tuple(tokens[:reused]):
@@ -119,8 +120,8 @@ class _Engine:
 
     def evict(self, wanted: int) -> None:
         """evict, then: only unlocked leaves left the tree (a cascade of them), each releasing its blocks."""
-        before = {id(node): (node, path, node.lock_count) for node, path in self.nodes()}
-        refs = list(self.allocator.refs)
+        before = {id(node): (node, path, self.lock_count(node)) for node, path in self.nodes()}
+        refs = self.refs()
         call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=self.scenario)
         where = f"{self.scenario}, evict({wanted})"
         remaining = {id(node) for node, _ in self.nodes()}
@@ -135,15 +136,16 @@ class _Engine:
                 )
         dropped = {}
         for node, _, _ in removed:
-            for block in node.blocks:
+            for block in self.blocks(node):
                 dropped[block] = dropped.get(block, 0) + 1
+        refs_now = self.refs()
         for node, path, _ in removed:
-            kept = [block for block in node.blocks if refs[block] - self.allocator.refs[block] != dropped[block]]
+            kept = [block for block in self.blocks(node) if refs[block] - refs_now[block] != dropped[block]]
             if kept:
                 fail(
                     where,
                     f"the blocks of every node that left the tree released once by the cache (the node "
-                    f"ending after {len(path)} tokens: blocks {list(node.blocks)})",
+                    f"ending after {len(path)} tokens: blocks {self.blocks(node)})",
                     f"block(s) {kept} still hold the cache's reference, though no match can reach them",
                     LEAF_HINT,
                 )
@@ -192,7 +194,7 @@ class _Engine:
         try:
             return self.allocator.allocate()
         except MemoryError:
-            self.evict(self.allocator.num_free + 1)
+            self.evict(self.num_free() + 1)
         try:
             return self.allocator.allocate()
         except MemoryError:
@@ -216,7 +218,7 @@ class _Engine:
         """The tokens from the root to ``node``."""
         parts, seen = [], 0
         while node is not None and node is not self.radix.root:
-            parts.append(tuple(node.tokens))
+            parts.append(self.tokens(node))
             node, seen = node.parent, seen + 1
             if seen > 10_000:
                 fail(where, "parent links that lead to the root", "a cycle", "each node's parent is the node above it")
@@ -234,11 +236,30 @@ class _Engine:
         found, stack = [], [(self.radix.root, ())]
         while stack:
             node, prefix = stack.pop()
-            for child in node.children.values():
-                path = prefix + tuple(child.tokens)
+            for child in self.children(node):
+                path = prefix + self.tokens(child)
                 found.append((child, path))
                 stack.append((child, path))
         return found
+
+    # Read strictly (checks/strict.py): a learner's int, list or dict subclass cannot answer for itself.
+    def tokens(self, node: Any) -> tuple[int, ...]:
+        return tuple(learner_int_list(node.tokens, "node.tokens", self.scenario))
+
+    def blocks(self, node: Any) -> list[int]:
+        return learner_int_list(node.blocks, "node.blocks", self.scenario)
+
+    def lock_count(self, node: Any) -> int:
+        return learner_int(node.lock_count, "node.lock_count", self.scenario)
+
+    def children(self, node: Any) -> list[Any]:
+        return list(learner_dict(node.children, "node.children", self.scenario, lambda child, _w, _s: child).values())
+
+    def refs(self) -> list[int]:
+        return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
+
+    def num_free(self) -> int:
+        return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     def describe(self, block: int) -> str:
         prefix = self.holds.get(block)
@@ -253,15 +274,16 @@ class _Engine:
         """Structure, blocks at their positions, reference counts, lock counts."""
         in_tree: dict[int, int] = {}
         for node, path in self.nodes():
-            if not node.tokens or len(node.tokens) % BLOCK or len(node.blocks) != len(node.tokens) // BLOCK:
+            tokens, blocks = self.tokens(node), self.blocks(node)
+            if not tokens or len(tokens) % BLOCK or len(blocks) != len(tokens) // BLOCK:
                 fail(
                     where,
                     f"every edge a whole number of blocks of {BLOCK} tokens, one block per {BLOCK} tokens",
-                    f"the node ending after {len(path)} tokens holds {len(node.tokens)} tokens, blocks {node.blocks}",
+                    f"the node ending after {len(path)} tokens holds {len(tokens)} tokens, blocks {blocks}",
                     SPLIT_KEEPS_HINT,
                 )
-            start = len(path) - len(node.tokens)
-            for index, block in enumerate(node.blocks):
+            start = len(path) - len(tokens)
+            for index, block in enumerate(blocks):
                 end = start + (index + 1) * BLOCK
                 if self.holds.get(block) != path[:end]:
                     fail(
@@ -276,10 +298,11 @@ class _Engine:
         for table in self.tables.values():
             for block in table:
                 in_tables[block] = in_tables.get(block, 0) + 1
+        refs = self.refs()
         for block in range(self.num_blocks):
             cached = in_tree.get(block, 0)
             expected = cached + in_tables.get(block, 0)
-            got = self.allocator.refs[block]
+            got = refs[block]
             if got != expected:
                 who = f"{cached} for the cache + {in_tables.get(block, 0)} request table(s)"
                 if got > expected and not cached:
@@ -290,12 +313,12 @@ class _Engine:
                 else:
                     hint = SHARE_HINT
                 fail(where, f"block {block}: refcount {expected} ({who})", f"refcount {got}", hint)
-        expected_free = sum(1 for block in range(self.num_blocks) if not self.allocator.refs[block])
-        if self.allocator.num_free != expected_free:
+        expected_free = sum(1 for block in range(self.num_blocks) if not refs[block])
+        if self.num_free() != expected_free:
             fail(
                 where,
                 f"{expected_free} free blocks",
-                f"{self.allocator.num_free}",
+                f"{self.num_free()}",
                 "release blocks through the allocator",
             )
         self.verify_locks(where)
@@ -322,12 +345,12 @@ class _Engine:
                 expected[id(node)] = expected.get(id(node), 0) + 1
                 node = node.parent
         for node, path in self.nodes():
-            if node.lock_count != expected.get(id(node), 0):
+            if self.lock_count(node) != expected.get(id(node), 0):
                 fail(
                     where,
                     f"the node ending after {len(path)} tokens: lock_count {expected.get(id(node), 0)} "
                     "(live locks on it or below it)",
-                    f"lock_count {node.lock_count}",
+                    f"lock_count {self.lock_count(node)}",
                     LOCK_HINT + "; a split gives the new upper node the lower node's count",
                 )
 
@@ -336,8 +359,9 @@ class _Engine:
         for request in list(self.tables):
             self.finish(request)
         self.evict(self.num_blocks)
-        stuck = [block for block in range(self.num_blocks) if self.allocator.refs[block]]
-        if stuck or self.radix.root.children:
+        refs = self.refs()
+        stuck = [block for block in range(self.num_blocks) if refs[block]]
+        if stuck or self.children(self.radix.root):
             fail(
                 f"{self.scenario}, after every request finished and evict({self.num_blocks})",
                 f"an empty tree and all {self.num_blocks} blocks free",
@@ -418,11 +442,11 @@ def _locks(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> None:
     engine.evict(engine.num_blocks)
     where = f"{engine.scenario}, evict({engine.num_blocks}) while P runs"
     engine.verify(where)
-    if engine.allocator.num_free != engine.num_blocks - 3:
+    if engine.num_free() != engine.num_blocks - 3:
         fail(
             where,
             f"{engine.num_blocks - 3} free blocks: Q's 2 evicted, P's 3 kept",
-            f"{engine.allocator.num_free}",
+            f"{engine.num_free()}",
             LOCK_HINT,
         )
     engine.serve("p2", p, "P again (while P runs)", reused=12)
@@ -430,11 +454,11 @@ def _locks(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> None:
     engine.finish("p2")
     engine.evict(engine.num_blocks)
     where = f"{engine.scenario}, P finished (unlocked), then evict({engine.num_blocks})"
-    if engine.allocator.num_free != engine.num_blocks:
+    if engine.num_free() != engine.num_blocks:
         fail(
             where,
             f"all {engine.num_blocks} blocks free: nothing is locked any more",
-            f"{engine.allocator.num_free} free",
+            f"{engine.num_free()} free",
             "a lock that is never undone keeps its nodes forever: " + LOCK_HINT,
         )
     engine.drain()
@@ -448,15 +472,15 @@ def _lru_leaves(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> Non
         engine.serve(name, prompt, name, reused=0)
         engine.finish(name)
     engine.match(f, "F")
-    free = engine.allocator.num_free
+    free = engine.num_free()
     engine.evict(free + 2)
     where = f"{engine.scenario}, evict({free + 2})"
     engine.verify(where)
-    if engine.allocator.num_free != free + 2:
+    if engine.num_free() != free + 2:
         fail(
             where,
             f"{free + 2} free blocks: one leaf of 2 blocks evicted",
-            f"{engine.allocator.num_free}",
+            f"{engine.num_free()}",
             "evict stops as soon as allocator.num_free >= blocks_wanted",
         )
     for name, prompt, cached in (("G", g, 0), ("F", f, 8), ("H", h, 8)):
@@ -476,7 +500,7 @@ def _lru_leaves(RadixCache: Any, BlockAllocator: Any, rng: random.Random) -> Non
     engine.finish("x")
     engine.serve("xy", x + y, "X + Y", reused=4)
     engine.finish("xy")
-    free = engine.allocator.num_free
+    free = engine.num_free()
     engine.evict(free + 1)
     where = f"{engine.scenario}, evict({free + 1})"
     engine.verify(where)

@@ -27,6 +27,7 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
+from .kernel_inputs import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
 from .strict import genuine_triton_kernel, strict_allclose
 
@@ -119,7 +120,8 @@ def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...])
 
         jit.KernelInterface.__getitem__ = counting
         try:
-            returned = launcher(*args)
+            with launcher_inputs(args):
+                returned = launcher(*args)
         finally:
             jit.KernelInterface.__getitem__ = original
         return (
