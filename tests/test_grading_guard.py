@@ -5,6 +5,7 @@ shows of a test cell. The same defences are exercised end to end in test_bad_sub
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -545,7 +546,8 @@ def test_a_grader_told_to_stop_closes_its_sandboxes(tmp_path):
 
 @needs_bwrap
 def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatch):
-    """The kernel dies (SIGKILL, as the OOM killer does); shutting its manager down removes the sandbox."""
+    """The kernel dies (SIGKILL, as the OOM killer does); shutting its manager down removes the sandbox.
+    (A kernel of its own sandbox; the zygote's kernels are below.)"""
     import asyncio
     import signal
 
@@ -555,7 +557,7 @@ def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatc
     monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
 
     async def run():
-        manager = sandbox.SandboxedKernelManager(kernel_name="python3")
+        manager = sandbox.SandboxedKernelManager(kernel_name="python3", use_zygote=False)
         await manager.start_kernel(cwd=str(submission.scratch))
         box = manager.sandbox
         private, cgroup = box.private, box.cgroup.path
@@ -571,3 +573,88 @@ def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatc
     private, cgroup = asyncio.run(run())
     assert not private.exists()
     assert cgroup is None or not cgroup.exists()
+
+
+async def _run_in_kernel(sandbox, cwd: Path, code: str) -> str:
+    """Start a grading kernel working in ``cwd``, run ``code``, stop the kernel; what it printed."""
+    manager = sandbox.SandboxedKernelManager(kernel_name="python3")
+    await manager.start_kernel(cwd=str(cwd))
+    client = manager.client()
+    client.start_channels()
+    printed = []
+    try:
+        await client.wait_for_ready(timeout=120)
+        await client.execute_interactive(
+            code,
+            timeout=120,
+            output_hook=lambda message: printed.append(message["content"].get("text", "")),
+        )
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
+    return "".join(printed)
+
+
+LEAVE_THINGS_BEHIND = """
+import os, subprocess, sys
+open("/tmp/planted", "w").write("from the first notebook")
+open("/dev/shm/planted", "w").write("from the first notebook")
+sleeper = subprocess.Popen(["sleep", "600"])
+print("ZYGOTE", os.getppid(), "SLEEPER", sleeper.pid, "TORCH", "torch" in sys.modules)
+"""
+
+LOOK_FOR_THEM = """
+import os, sys
+print("ZYGOTE", os.getppid(), "TORCH", "torch" in sys.modules, "CWD", os.getcwd())
+print("PLANTED", os.path.exists("/tmp/planted"), os.path.exists("/dev/shm/planted"))
+print("PROCESSES", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+"""
+
+
+@needs_bwrap
+def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path, monkeypatch):
+    """Two notebooks of one student: both kernels come from the student's zygote (torch imported
+    before any cell ran), and the second finds nothing the first left: no file in /tmp or
+    /dev/shm, no process it started."""
+    import asyncio
+
+    from autograde_helpers import sandbox
+
+    first = _student_course(tmp_path)
+    second = first.root / "autograded" / "alice" / "03_paged_kv_cache"
+    second.mkdir()
+    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+    try:
+        before = asyncio.run(_run_in_kernel(sandbox, first.scratch, LEAVE_THINGS_BEHIND)).split()
+        after = asyncio.run(_run_in_kernel(sandbox, second, LOOK_FOR_THEM)).split()
+        (zygote,) = sandbox._ZYGOTES
+        private = zygote.box.private
+    finally:
+        sandbox.close_zygotes()
+    assert before[0] == "ZYGOTE" and before[4:6] == ["TORCH", "True"], before
+    assert after[1] == before[1], "both kernels are children of the zygote"
+    assert after[2:4] == ["TORCH", "True"] and after[5] == str(second), after
+    assert after[after.index("PLANTED") + 1 : after.index("PLANTED") + 3] == ["False", "False"], after
+    processes = " ".join(after[after.index("PROCESSES") + 1 :])
+    assert before[3] not in processes.strip("[]").replace(",", " ").split(), "the sleeper was killed"
+    assert not private.exists(), "closing the zygote removes its sandbox"
+
+
+@needs_bwrap
+def test_a_kernel_that_kills_its_zygote_costs_only_its_own_notebook(tmp_path, monkeypatch):
+    import asyncio
+
+    from autograde_helpers import sandbox
+
+    first = _student_course(tmp_path)
+    second = first.root / "autograded" / "alice" / "03_paged_kv_cache"
+    second.mkdir()
+    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+    try:
+        with contextlib.suppress(Exception):  # the kernel may die with its zygote before it replies
+            asyncio.run(_run_in_kernel(sandbox, first.scratch, "import os; os.kill(os.getppid(), 9)"))
+        assert sandbox._ZYGOTES == [], "the dead zygote's sandbox was closed when its kernel was let go"
+        assert "TORCH True" in asyncio.run(_run_in_kernel(sandbox, second, LOOK_FOR_THEM))
+        assert len(sandbox._ZYGOTES) == 1, "the next notebook started a new one"
+    finally:
+        sandbox.close_zygotes()

@@ -25,6 +25,7 @@ The preamble is marked by ``GUARD_BEGIN`` / ``GUARD_END`` so that feedback can s
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import functools
 import hashlib
@@ -120,10 +121,20 @@ class HelperSnapshot:
             if rel.endswith((".py", ".pyc"))
         }
         self.written: list[Path] = []  # pristine copies not yet cleaned up
+        self._copies: Path | None = None
+
+    @property
+    def copies_folder(self) -> Path:
+        """The one folder every pristine copy of this grader process is written in (a sandbox that
+        binds it sees the copies written after it started), removed when the process ends."""
+        if self._copies is None:
+            self._copies = Path(tempfile.mkdtemp(prefix="paged-grading-"))
+            atexit.register(shutil.rmtree, self._copies, ignore_errors=True)
+        return self._copies
 
     def write_pristine_copy(self) -> tuple[Path, str]:
         """A new private folder with the package, kernel_guard.py and manifest.json; and its hash."""
-        root = Path(tempfile.mkdtemp(prefix="paged-grading-"))
+        root = Path(tempfile.mkdtemp(prefix="notebook-", dir=self.copies_folder))
         self.written.append(root)
         for relative, data in [*self.files.items(), *self.bytecode.items()]:
             target = root / PACKAGE / relative

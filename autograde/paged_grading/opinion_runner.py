@@ -30,12 +30,10 @@ The grader (``second_opinion``) turns this into scores outside the sandbox.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import os
 import secrets
 import select
-import shutil
 import signal
 import sys
 import sysconfig
@@ -45,6 +43,11 @@ if __name__ == "__main__":
     # A graded run (paged_helpers.checks.report.graded_run), as in the grading kernel: decided before
     # the package is imported (the GPU compile check, for one, then trusts no result file on disk).
     os.environ["PAGED_HELPERS_GRADED"] = "1"
+
+if __package__:  # imported by the grader's tests
+    from . import sandbox_inside
+else:  # run as a script inside the sandbox, from this folder
+    import sandbox_inside
 
 # The checks first, before any student code: what the cells call is fixed here.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
@@ -230,12 +233,12 @@ def _torch_math_watch(watch: Watch):
     Used when the student's notebook defines Triton kernels: there the answer must come from a
     kernel, so ``out.copy_(x * factor)`` after a launch that does nothing is caught, and so is
     any value of the launcher's float inputs read out in Python (``x.tolist()``, then a kernel of
-    one's own that copies a Python-made answer; see ``paged_helpers.checks.kernel_inputs``).
+    one's own that copies a Python-made answer; see ``paged_helpers.checks.launcher_reads``).
     """
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from paged_helpers.checks.kernel_inputs import reads_values
+    from paged_helpers.checks.launcher_reads import reads_values
 
     class StudentTorchMath(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -253,7 +256,7 @@ def _torch_math_watch(watch: Watch):
                     "(numpy or Python arithmetic outside the Triton kernel)"
                 )
             result = func(*args, **(kwargs or {}))
-            if _is_learner(_first_outside_torch(caller)) and reads_values(func, args, kwargs, result):
+            if reads_values(func, args, kwargs, result) and _is_learner(_first_outside_torch(caller)):
                 watch.report(
                     f"student code read the values of a tensor the check gave its launcher (torch {name}) "
                     "in Python: only the Triton kernel may load them"
@@ -358,16 +361,6 @@ def judge(data: bytes, token: str, timed_out: bool, timeout: float) -> dict:
     return {"passed": bool(outcome["passed"]) and not flags, "message": outcome["message"], "flags": flags}
 
 
-def _non_dumpable() -> None:
-    """Children may not read this process's memory or file descriptors through /proc."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass
-
-
 def run_spec(spec: dict) -> dict:
     """Each cell of one notebook in a child forked from this process; their verdicts."""
     results = {}
@@ -389,7 +382,7 @@ def run_spec(spec: dict) -> dict:
         os.close(read_end)
         results[cell["grade_id"]] = judge(data, token, timed_out, spec["timeout"])
     if spec.get("sandboxed"):  # only inside the sandbox's own pid namespace
-        _kill_everything_else()
+        sandbox_inside.kill_everything_else()
     return results
 
 
@@ -400,59 +393,17 @@ def serve() -> int:
     it still never runs student code itself (every cell is a fresh fork of it), and whatever a
     child left running is killed before the next notebook.
     """
-    _non_dumpable()
+    sandbox_inside.non_dumpable()
     for line in sys.stdin:
         if not line.strip():
             continue
         spec = json.loads(line)
         if spec.get("sandboxed"):
-            _empty_tmp()  # each notebook's children start as in a sandbox of their own
+            sandbox_inside.empty_tmp()  # each notebook's children start as in a sandbox of their own
         results = run_spec(spec)
         sys.stdout.write(json.dumps({"request": spec.get("request"), "results": results}) + "\n")
         sys.stdout.flush()
     return 0
-
-
-def _empty_tmp() -> None:
-    """Remove what earlier notebooks' children left in the sandbox: its own /tmp (HOME, caches),
-    /dev/shm and System V IPC objects (shared memory, semaphores, message queues).
-
-    Only inside the sandbox (a tmpfs, a /dev and an IPC namespace of its own); the runner keeps
-    nothing there.
-    """
-    for folder in ("/tmp", "/dev/shm"):
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(folder):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.path)
-    os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
-    _remove_sysv_ipc()
-
-
-def _remove_sysv_ipc() -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-    except (OSError, AttributeError):
-        return
-    ipc_rmid = 0
-    for kind, control in (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl")):
-        try:
-            with open(f"/proc/sysvipc/{kind}") as table:
-                rows = table.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 1 and fields[1].isdigit():
-                if kind == "sem":
-                    getattr(libc, control)(int(fields[1]), 0, ipc_rmid)
-                else:
-                    getattr(libc, control)(int(fields[1]), ipc_rmid, None)
 
 
 def main(argv: list[str]) -> int:
@@ -460,20 +411,9 @@ def main(argv: list[str]) -> int:
         return serve()
     with open(argv[1]) as f:
         spec = json.load(f)
-    _non_dumpable()
+    sandbox_inside.non_dumpable()
     sys.stdout.write(json.dumps(run_spec(spec)) + "\n")
     return 0
-
-
-def _kill_everything_else() -> None:
-    """Nothing a child started outlives the cells (the sandbox's pid namespace ends with us too)."""
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) not in (me, 1, os.getppid()):
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compi
 from .guard_bands import SENTINEL, guarded_allocations
 from .isolated import Outcome, run_isolated
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
-from .kernel_inputs import launcher_inputs
 from .kernel_scenarios import (
     DECODE_CASES,
     GPU_COMPILE_DECODE_CASES,
@@ -47,6 +46,7 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
+from .launcher_reads import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
 from .strict import genuine_triton_kernel, strict_allclose
 

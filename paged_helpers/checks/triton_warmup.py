@@ -27,7 +27,7 @@ import torch
 
 from ..device import DEVICE
 from .isolated import Outcome, run_isolated
-from .kernel_inputs import launcher_inputs
+from .launcher_reads import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
 from .strict import genuine_triton_kernel, strict_allclose
 

@@ -41,7 +41,7 @@ METADATA = frozenset(
 COPIES = frozenset({"contiguous", "reshape", "flatten", "clone", "to", "float", "half", "type", "cpu", "cuda"})
 
 # The marked memory: (data pointer, bytes) of each float input of the launcher being called.
-_MARKED: contextvars.ContextVar[tuple[tuple[int, int], ...]] = contextvars.ContextVar("kernel_inputs", default=())
+_MARKED: contextvars.ContextVar[tuple[tuple[int, int], ...]] = contextvars.ContextVar("launcher_reads", default=())
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""paged_helpers.checks.kernel_inputs: which torch calls of a launcher read its float inputs' values.
+"""paged_helpers.checks.launcher_reads: which torch calls of a launcher read its float inputs' values.
 
 The grader's clean run flags those calls (tests/test_grading_guard.py runs it in a sandbox); here
 the rule itself, on what honest launchers do and on the ways an answer can be read out in Python.
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from paged_helpers.checks.kernel_inputs import launcher_inputs, reads_values
+from paged_helpers.checks.launcher_reads import launcher_inputs, reads_values
 
 
 class Reads(TorchFunctionMode):
