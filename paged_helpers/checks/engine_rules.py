@@ -28,7 +28,11 @@ Rules (the names appear in the messages):
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from .report import fail
@@ -47,44 +51,73 @@ from .strict import (
 # Every value a rule compares or computes with is read here, strictly (checks/strict.py): an int,
 # list or dict subclass, or an object that says it equals anything, is refused with a message
 # naming what was read, instead of answering the rule's comparison for itself. Sequences and
-# queues' members are compared by identity (``is``), which runs no learner code.
+# queues' members are compared by identity (``is``), which runs no learner code. The rules read
+# on every step, so the plain case (exact ints, lists, str keys) is taken first, without naming
+# what is read; anything else goes to the strict readers, which accept or refuse it by name.
+
+
+def _all(items: Any, kind: type) -> bool:
+    """Every item's type is exactly ``kind``, checked in C: no learner code runs (not even a metaclass's)."""
+    return all(map(is_, map(type, items), repeat(kind)))
+
+
+def _int(value: Any, what: Callable[[], str], scenario: str) -> int:
+    return value if type(value) is int else learner_int(value, what(), scenario)
+
+
+def _ints(value: Any, what: Callable[[], str], scenario: str) -> list[int]:
+    return list(value) if type(value) is list and _all(value, int) else learner_int_list(value, what(), scenario)
+
+
+def _key(value: Any, what: Callable[[], str], scenario: str) -> Any:
+    return value if type(value) is str else learner_key(value, what(), scenario)
 
 
 def pool_refs(cache, scenario: str = "") -> list[int]:
-    return learner_int_list(cache.allocator.refs, "cache.allocator.refs", scenario)
+    return _ints(cache.allocator.refs, lambda: "cache.allocator.refs", scenario)
 
 
 def num_free(cache, scenario: str = "") -> int:
-    return learner_int(cache.allocator.num_free, "cache.allocator.num_free", scenario)
+    return _int(cache.allocator.num_free, lambda: "cache.allocator.num_free", scenario)
 
 
 def tables(cache, scenario: str = "") -> dict[Any, list[int]]:
-    return learner_dict(cache.tables, "cache.tables", scenario, learner_int_list)
+    value = cache.tables
+    if (
+        type(value) is dict
+        and _all(value, str)
+        and all(type(table) is list and _all(table, int) for table in dict.values(value))
+    ):
+        return {key: list(table) for key, table in dict.items(value)}
+    return learner_dict(value, "cache.tables", scenario, learner_int_list)
 
 
 def lengths(cache, scenario: str = "") -> dict[Any, int]:
-    return learner_dict(cache.lengths, "cache.lengths", scenario, learner_int)
+    value = cache.lengths
+    if type(value) is dict and _all(value, str) and _all(dict.values(value), int):
+        return dict(value)
+    return learner_dict(value, "cache.lengths", scenario, learner_int)
 
 
 def seq_id(seq, scenario: str = "") -> Any:
-    return learner_key(seq.seq_id, "seq.seq_id", scenario)
+    return _key(seq.seq_id, lambda: "seq.seq_id", scenario)
 
 
-def _of(seq, field: str, scenario: str) -> str:
-    return f"seq.{field} of {seq_id(seq, scenario)!r}"
+def _of(seq, field: str, scenario: str) -> Callable[[], str]:
+    return lambda: f"seq.{field} of {seq_id(seq, scenario)!r}"
 
 
 def num_cached(seq, scenario: str = "") -> int:
-    return learner_int(seq.num_cached, _of(seq, "num_cached", scenario), scenario)
+    return _int(seq.num_cached, _of(seq, "num_cached", scenario), scenario)
 
 
 def output(seq, scenario: str = "") -> list[int]:
-    return learner_int_list(seq.output, _of(seq, "output", scenario), scenario)
+    return _ints(seq.output, _of(seq, "output", scenario), scenario)
 
 
 def tokens(seq, scenario: str = "") -> list[int]:
     """prompt + output, as ``seq.tokens`` computes them."""
-    return learner_int_list(seq.prompt, _of(seq, "prompt", scenario), scenario) + output(seq, scenario)
+    return _ints(seq.prompt, _of(seq, "prompt", scenario), scenario) + output(seq, scenario)
 
 
 def num_pending(seq, scenario: str = "") -> int:
@@ -99,7 +132,7 @@ def prefilling(seq, scenario: str = "") -> bool:
 
 def finished(seq, scenario: str = "") -> bool:
     """``seq.is_finished``: as many output tokens as asked for."""
-    return len(output(seq, scenario)) >= learner_int(seq.max_new_tokens, _of(seq, "max_new_tokens", scenario), scenario)
+    return len(output(seq, scenario)) >= _int(seq.max_new_tokens, _of(seq, "max_new_tokens", scenario), scenario)
 
 
 _FIELDS = {
@@ -120,23 +153,32 @@ _FIELDS = {
 def fields(seq, names, scenario: str = "") -> dict[str, Any]:
     """The Sequence fields ``names`` of ``seq``, each read strictly ("(missing)" if absent)."""
     return {
-        name: _FIELDS[name](getattr(seq, name), _of(seq, name, scenario), scenario)
+        name: _FIELDS[name](getattr(seq, name), _of(seq, name, scenario)(), scenario)
         if hasattr(seq, name)
         else "(missing)"
         for name in names
     }
 
 
+def _as_is(item: Any, what: str, scenario: str) -> Any:
+    return item
+
+
 def queue(engine, name: str, scenario: str = "") -> list:
     """``engine.running`` or ``engine.waiting`` as a plain list of its members (not read further)."""
-    return learner_list(getattr(engine, name), f"engine.{name}", scenario, lambda item, _what, _scenario: item)
+    value = getattr(engine, name)
+    if type(value) in (list, deque):
+        return list(value)
+    return learner_list(value, f"engine.{name}", scenario, _as_is)
 
 
 def plan_of(plan, what: str, scenario: str = "") -> list[tuple[Any, int]]:
     """A plan, [(seq, count)], as plain pairs: the sequence as it is, the count a plain int."""
+    if type(plan) is list and all(type(e) is tuple and len(e) == 2 and type(e[1]) is int for e in plan):
+        return list(plan)
 
     def chunk(entry, where, scenario):
-        pair = learner_list(entry, where, scenario, lambda item, _what, _scenario: item)
+        pair = learner_list(entry, where, scenario, _as_is)
         if len(pair) != 2:
             fail(
                 f"{scenario}: {what}",
@@ -144,7 +186,7 @@ def plan_of(plan, what: str, scenario: str = "") -> list[tuple[Any, int]]:
                 f"an entry of {len(pair)} item(s)",
                 "a plan is a list of (seq, count) tuples: the sequence and how many of its tokens run this step",
             )
-        return pair[0], learner_int(pair[1], f"the count in {where}", scenario)
+        return pair[0], _int(pair[1], lambda: f"the count in {where}", scenario)
 
     return learner_list(plan, what, scenario, chunk)
 
