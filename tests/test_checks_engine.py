@@ -597,3 +597,25 @@ def test_outputs_that_say_they_equal_anything_are_refused(right, failing_message
     )
     message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), wrong, cache, prefix)
     assert "what step() returned" in message and "SaysEqual" in message, message
+
+
+def _step_ignoring_admission_errors(self):
+    """The notebook's step(), but whatever _admit raises is ignored, a check's failure included."""
+    try:
+        self._admit()
+    except Exception:
+        pass
+    plan = self._reserve(self._plan())
+    logits = self._forward(plan)
+    return self._advance(plan, logits)
+
+
+def test_a_failure_caught_by_the_learners_code_still_fails(right, failing_message):
+    """Admission from the back of the queue, behind a step() that catches every exception of _admit: the
+    broken rule is kept by the watch and raised again once the learner's code returns."""
+    engine, cache, prefix = right
+    wrong = type(
+        "admits_newest_first_quietly", (engine,), dict(_admit=_admit_newest_first, step=_step_ignoring_admission_errors)
+    )
+    message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), wrong, cache, prefix)
+    assert "admission order" in message and "front of `waiting`" in message, message

@@ -21,7 +21,7 @@ from collections import Counter
 
 from ..model import tiny_qwen3
 from . import engine_rules as rules
-from .report import call_learner, fail
+from .report import CheckFailed, call_learner, fail
 from .strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
 
 
@@ -81,9 +81,31 @@ class Watch:
         self.kept: list | None = None
         self.phases: list[str] = []
         self.engine = None  # set by build()
+        self.failure: CheckFailed | None = None  # the first failure, kept should the learner's code catch it
 
     def where(self) -> str:
         return f"{self.scenario}, step {self.step}"
+
+
+def _kept_failure(watch: Watch, method):
+    """``method`` of a watched class, its failures kept in ``watch``: the learner's code around it (a step()
+    that catches every exception, say) cannot swallow a broken rule or a refused value, which is raised
+    again as soon as any watched method returns, and at the latest when the watched step() (or the stage
+    the check called) returns to the check."""
+
+    @functools.wraps(method)
+    def keeping(self, *args, **kwargs):
+        try:
+            result = method(self, *args, **kwargs)
+        except CheckFailed as error:
+            if watch.failure is None:
+                watch.failure = error
+            raise
+        if watch.failure is not None:
+            raise watch.failure
+        return result
+
+    return keeping
 
 
 def watched(engine_class, cache_class, prefix_class, watch: Watch):
@@ -197,6 +219,9 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
     pairs = ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class))
     for cls, learner in pairs:
         cls.__name__ = cls.__qualname__ = learner.__name__
+        for name, method in list(vars(cls).items()):
+            if callable(method) and not name.startswith("__"):
+                setattr(cls, name, _kept_failure(watch, method))
     return WatchedEngine, WatchedCache, WatchedPrefixCache
 
 
