@@ -100,6 +100,8 @@ def _kept_failure(watch: Watch, method):
         except CheckFailed as error:
             if watch.failure is None:
                 watch.failure = error
+            if watch.failure is not error:  # a later complaint: the first broken rule is the one to name
+                raise watch.failure  # noqa: B904 (its own cause stays as it was)
             raise
         if watch.failure is not None:
             raise watch.failure
