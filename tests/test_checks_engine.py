@@ -509,3 +509,113 @@ def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
     wrong = type("admits_without_room", (engine,), WRONG["admits_without_room"])
     message = failing_message(lambda *impl: check_engine(*impl, parts="preemption"), wrong, cache, prefix)
     assert "at most 12 (two per request)" in message and "preemptions" in message, message
+
+
+# ---------------------------------------------------------------- values that lie: read strictly
+
+
+class EqualsAnything(int):
+    """An int that says it equals anything (and differs from nothing)."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
+class SaysEqual(list):
+    """A list that says it equals anything."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = None
+
+
+class LyingRefs(list):
+    """The allocator's own list of reference counts (indexing, assignment: plain ints), but iterating
+    it yields counts that say they equal anything, 0 included."""
+
+    def __iter__(self):
+        return (EqualsAnything(count) for count in list.__iter__(self))
+
+
+def _cache_leaking_at_free(cache_class):
+    """A cache whose free drops the table but never releases its blocks, behind an allocator whose
+    refs and num_free say they equal anything: a leak that the old check's != comparisons missed."""
+
+    class LeakingCache(cache_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            allocator = self.allocator
+            allocator.refs = LyingRefs(allocator.refs)
+            num_free = property(lambda a: EqualsAnything(len(a.free)))
+            allocator.__class__ = type("LyingAllocator", (type(allocator),), {"num_free": num_free})
+
+        def free(self, seq):
+            self._table(seq)
+            del self.tables[seq], self.lengths[seq]  # forgot: allocator.release(block) for each block
+
+    return LeakingCache
+
+
+def test_a_leak_behind_lying_refcounts_is_refused(right, failing_message):
+    """Blocks leak at every free, hidden behind refcounts and a num_free that say they equal anything:
+    the check reads the pool as plain ints and refuses it, naming what it read."""
+    engine, cache, prefix = right
+    message = failing_message(
+        lambda *impl: check_engine(*impl, parts="batching"), engine, _cache_leaking_at_free(cache), prefix
+    )
+    assert "cache.allocator.refs" in message and "LyingRefs" in message, message
+
+
+def _finish_reporting_agreeable_outputs(self, seq, finished):
+    """The notebook's _finish, but each reported output is a list that says it equals anything."""
+    self.cache.free(seq.seq_id)
+    self.running.remove(seq)
+    samples = self.finished_samples[seq.request_id]
+    samples[seq.sample_index] = SaysEqual(seq.output)
+    if len(samples) == seq.n:
+        finished[seq.request_id] = [samples[i] for i in range(seq.n)]
+        del self.finished_samples[seq.request_id]
+
+
+def test_outputs_that_say_they_equal_anything_are_refused(right, failing_message):
+    """Samples drawn mid-prompt (outputs differ from the solo runs), reported as lists that say they
+    equal anything: the check reads what step() returns as plain lists of ints."""
+    engine, cache, prefix = right
+    wrong = type(
+        "agreeable_outputs",
+        (engine,),
+        dict(_advance=_advance_sampling_every_chunk, _finish=_finish_reporting_agreeable_outputs),
+    )
+    message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), wrong, cache, prefix)
+    assert "what step() returned" in message and "SaysEqual" in message, message
+
+
+def _step_ignoring_admission_errors(self):
+    """The notebook's step(), but whatever _admit raises is ignored, a check's failure included."""
+    try:
+        self._admit()
+    except Exception:
+        pass
+    plan = self._reserve(self._plan())
+    logits = self._forward(plan)
+    return self._advance(plan, logits)
+
+
+def test_a_failure_caught_by_the_learners_code_still_fails(right, failing_message):
+    """Admission from the back of the queue, behind a step() that catches every exception of _admit: the
+    broken rule is kept by the watch and raised again once the learner's code returns."""
+    engine, cache, prefix = right
+    wrong = type(
+        "admits_newest_first_quietly", (engine,), dict(_admit=_admit_newest_first, step=_step_ignoring_admission_errors)
+    )
+    message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), wrong, cache, prefix)
+    assert "admission order" in message and "front of `waiting`" in message, message

@@ -270,3 +270,28 @@ def test_release_says_not_implemented_yet(tmp_path, stage):
     released = release_definition(tmp_path, NOTEBOOK, name, finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check(released, *_partners())
+
+
+def _admit_forgetting_the_hit(self):
+    """Admits without setting num_cached to what attach reused (the cached prefix would be computed
+    again), behind a num_cached that says it equals anything; records num_cached as the hit."""
+    while self.waiting:
+        seq = self.waiting[0]
+        self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + len(self.cache.allocator.refs) // 100
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = wrong_engines.EqualsAnything(0)  # forgot: = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, seq.num_cached)
+
+
+def test_a_num_cached_that_lies_is_refused(failing_message):
+    """The rule "admitting 'a': num_cached equals the tokens attach returned", broken behind a num_cached
+    that says it equals anything: the check reads num_cached as a plain int and refuses it."""
+    wrong = type("forgets_the_hit", (solution(NOTEBOOK, "EngineAdmission"),), dict(_admit=_admit_forgetting_the_hit))
+    message = failing_message(check_engine_admission, wrong, *_partners())
+    assert "seq.num_cached of 'a'" in message and "EqualsAnything" in message, message

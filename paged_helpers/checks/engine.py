@@ -32,8 +32,10 @@ from collections import Counter
 
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
+from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build, model
 from .report import CheckFailed, call_learner, check, fail
+from .strict import learner_bool
 
 __all__ = ["check_engine", "PARTS"]
 
@@ -96,7 +98,8 @@ def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[in
         if isinstance(cause, Refused):
             fail(
                 f"{scenario}: refuse only requests that can never fit",
-                f"every request of this workload accepted: each fits the pool of {len(engine.cache.allocator.refs)} "
+                f"every request of this workload accepted: each fits the pool of "
+                f"{len(rules.pool_refs(engine.cache, scenario))} "
                 "blocks alone",
                 f"add_request raised ValueError: {cause}",
                 "compare the request's blocks with the whole pool (len(cache.allocator.refs)), not with the free "
@@ -117,6 +120,7 @@ def _serve(engine, requests, scenario: str, **options) -> dict[str, list[list[in
 
 
 def _compare_outputs(scenario: str, expected: dict, got: dict, hint: str) -> None:
+    """``got``: what step() returned, already read as plain values (the watched step reads it strictly)."""
     for request_id, samples in expected.items():
         if request_id not in got:
             fail(
@@ -137,16 +141,16 @@ def _compare_outputs(scenario: str, expected: dict, got: dict, hint: str) -> Non
 
 def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
     """After every request finished and the prefix cache let go, the pool is whole again."""
-    allocator = cache.allocator
-    total = len(allocator.refs)
+    total = len(rules.pool_refs(cache, scenario))
     call_learner("prefix_cache.evict(num_blocks)", prefix.evict, total, scenario=scenario)
-    live = [seq for seq in cache.tables]
-    held = [block for block, refs in enumerate(allocator.refs) if refs != 0]
-    if live or allocator.num_free != total or held:
+    live = list(rules.tables(cache, scenario))
+    held = [block for block, refs in enumerate(rules.pool_refs(cache, scenario)) if refs != 0]
+    free = rules.num_free(cache, scenario)
+    if live or free != total or held:
         fail(
             f"{scenario}: after all requests finished and the prefix cache was cleared (evict({total}))",
             f"all {total} blocks on the free list, no sequence left in the cache",
-            f"{allocator.num_free} free; blocks still referenced: "
+            f"{free} free; blocks still referenced: "
             f"{held[:12]}{' ...' if len(held) > 12 else ''}; sequences still in the cache: {live[:8]}",
             "blocks leaked: free a sequence's blocks (cache.free) when it finishes and when it is "
             "preempted, and never share a block without a matching release",
@@ -174,11 +178,12 @@ def _part_batching(engine_class, cache_class, prefix_class) -> None:
             "admit each sequence with prefix_cache.attach(seq_id, tokens) and publish its full blocks with "
             "prefix_cache.remember(seq_id, tokens) after each prefill chunk",
         )
-    if not 0 < engine.metrics.prefix_hit_tokens <= watch.reused_tokens:
+    hits = rules.metric(engine, "prefix_hit_tokens", scenario)
+    if not 0 < hits <= watch.reused_tokens:
         fail(
             f"{scenario}: metrics",
             f"metrics.prefix_hit_tokens between 1 and {watch.reused_tokens} (the tokens attach returned)",
-            engine.metrics.prefix_hit_tokens,
+            hits,
             "call self.metrics.record_admission(seq, reused) once per admission with attach's return value",
         )
     _expect_all_blocks_free(scenario, cache, prefix)
@@ -238,11 +243,12 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
         f"{preempted} preemption(s) happened: a preempted sequence keeps its output and is recomputed "
         "(prompt + output so far) from position 0, or from what attach returns, before sampling again",
     )
-    if engine.metrics.preemptions != watch.preemptions:
+    counted = rules.metric(engine, "preemptions", scenario)
+    if counted != watch.preemptions:
         fail(
             f"{scenario}: metrics",
             f"metrics.preemptions == {watch.preemptions} (the sequences freed by _reserve before finishing)",
-            engine.metrics.preemptions,
+            counted,
             "call self.metrics.record_preemption(seq) once in each preemption",
         )
     _expect_all_blocks_free(scenario, cache, prefix)
@@ -304,7 +310,7 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
             "the request was accepted (serving it would preempt forever)",
             "in add_request, compare cache.blocks_needed(len(prompt) + max_new_tokens) with the pool's size",
         )
-    if call_learner("engine.has_unfinished()", engine.has_unfinished, scenario=scenario):
+    if _unfinished(engine, scenario):
         fail(
             f"{scenario}: after the rejection",
             "has_unfinished() is False (nothing was queued)",
@@ -316,7 +322,7 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
     serving = Serving(engine, [busy], max_steps=2)
     while serving.steps < 2:
         call_learner("engine.step()", serving.step, scenario=scenario)
-    free = cache.allocator.num_free
+    free = rules.num_free(cache, scenario)
     try:
         engine.add_request(fits.request_id, list(fits.prompt), fits.max_new_tokens)
     except ValueError as error:
@@ -342,6 +348,14 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
         "a request that fits the whole pool must be served (alone, after evicting the prefix cache)",
     )
     _expect_all_blocks_free(scenario, cache, prefix)
+
+
+def _unfinished(engine, scenario: str) -> bool:
+    """has_unfinished(), read as a plain bool (or int: a count of unfinished sequences)."""
+    answer = call_learner("engine.has_unfinished()", engine.has_unfinished, scenario=scenario)
+    if type(answer) is int:
+        return answer != 0
+    return learner_bool(answer, "what has_unfinished() returned", scenario)
 
 
 def _part_sampling(engine_class, cache_class, prefix_class) -> None:

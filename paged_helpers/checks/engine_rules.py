@@ -28,25 +28,205 @@ Rules (the names appear in the messages):
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_
+from typing import Any
 
 from .report import fail
+from .strict import (
+    learner_bool,
+    learner_dict,
+    learner_float,
+    learner_int,
+    learner_int_list,
+    learner_key,
+    learner_list,
+)
+
+# ---------------------------------------------------------------- reading the learner's state
+#
+# Every value a rule compares or computes with is read here, strictly (checks/strict.py): an int,
+# list or dict subclass, or an object that says it equals anything, is refused with a message
+# naming what was read, instead of answering the rule's comparison for itself. Sequences and
+# queues' members are compared by identity (``is``), which runs no learner code. The rules read
+# on every step, so the plain case (exact ints, lists, str keys) is taken first, without naming
+# what is read; anything else goes to the strict readers, which accept or refuse it by name.
 
 
-def names(seqs) -> list[str]:
-    return [seq.seq_id for seq in seqs]
+def _all(items: Any, kind: type) -> bool:
+    """Every item's type is exactly ``kind``, checked in C: no learner code runs (not even a metaclass's)."""
+    return all(map(is_, map(type, items), repeat(kind)))
+
+
+def _int(value: Any, what: Callable[[], str], scenario: str) -> int:
+    return value if type(value) is int else learner_int(value, what(), scenario)
+
+
+def _ints(value: Any, what: Callable[[], str], scenario: str) -> list[int]:
+    return list(value) if type(value) is list and _all(value, int) else learner_int_list(value, what(), scenario)
+
+
+def _key(value: Any, what: Callable[[], str], scenario: str) -> Any:
+    return value if type(value) is str else learner_key(value, what(), scenario)
+
+
+def pool_refs(cache, scenario: str = "") -> list[int]:
+    return _ints(cache.allocator.refs, lambda: "cache.allocator.refs", scenario)
+
+
+def num_free(cache, scenario: str = "") -> int:
+    return _int(cache.allocator.num_free, lambda: "cache.allocator.num_free", scenario)
+
+
+def tables(cache, scenario: str = "") -> dict[Any, list[int]]:
+    value = cache.tables
+    if (
+        type(value) is dict
+        and _all(value, str)
+        and all(type(table) is list and _all(table, int) for table in dict.values(value))
+    ):
+        return {key: list(table) for key, table in dict.items(value)}
+    return learner_dict(value, "cache.tables", scenario, learner_int_list)
+
+
+def lengths(cache, scenario: str = "") -> dict[Any, int]:
+    value = cache.lengths
+    if type(value) is dict and _all(value, str) and _all(dict.values(value), int):
+        return dict(value)
+    return learner_dict(value, "cache.lengths", scenario, learner_int)
+
+
+def seq_id(seq, scenario: str = "") -> Any:
+    return _key(seq.seq_id, lambda: "seq.seq_id", scenario)
+
+
+def _of(seq, field: str, scenario: str) -> Callable[[], str]:
+    return lambda: f"seq.{field} of {seq_id(seq, scenario)!r}"
+
+
+def num_cached(seq, scenario: str = "") -> int:
+    return _int(seq.num_cached, _of(seq, "num_cached", scenario), scenario)
+
+
+def output(seq, scenario: str = "") -> list[int]:
+    return _ints(seq.output, _of(seq, "output", scenario), scenario)
+
+
+def tokens(seq, scenario: str = "") -> list[int]:
+    """prompt + output, as ``seq.tokens`` computes them."""
+    return _ints(seq.prompt, _of(seq, "prompt", scenario), scenario) + output(seq, scenario)
+
+
+def num_pending(seq, scenario: str = "") -> int:
+    """Tokens still to run through the model, as ``seq.num_pending`` computes them."""
+    return len(tokens(seq, scenario)) - num_cached(seq, scenario)
+
+
+def prefilling(seq, scenario: str = "") -> bool:
+    """``seq.is_prefilling``: more than one token to run."""
+    return num_pending(seq, scenario) > 1
+
+
+def finished(seq, scenario: str = "") -> bool:
+    """``seq.is_finished``: as many output tokens as asked for."""
+    return len(output(seq, scenario)) >= _int(seq.max_new_tokens, _of(seq, "max_new_tokens", scenario), scenario)
+
+
+_FIELDS = {
+    "seq_id": learner_key,
+    "request_id": learner_key,
+    "prompt": learner_int_list,
+    "max_new_tokens": learner_int,
+    "n": learner_int,
+    "sample_index": learner_int,
+    "seed": learner_int,
+    "temperature": learner_float,
+    "output": learner_int_list,
+    "num_cached": learner_int,
+    "forked": learner_bool,
+}
+
+
+def fields(seq, names, scenario: str = "") -> dict[str, Any]:
+    """The Sequence fields ``names`` of ``seq``, each read strictly ("(missing)" if absent)."""
+    return {
+        name: _FIELDS[name](getattr(seq, name), _of(seq, name, scenario)(), scenario)
+        if hasattr(seq, name)
+        else "(missing)"
+        for name in names
+    }
+
+
+def _as_is(item: Any, what: str, scenario: str) -> Any:
+    return item
+
+
+def queue(engine, name: str, scenario: str = "") -> list:
+    """``engine.running`` or ``engine.waiting`` as a plain list of its members (not read further)."""
+    value = getattr(engine, name)
+    if type(value) in (list, deque):
+        return list(value)
+    return learner_list(value, f"engine.{name}", scenario, _as_is)
+
+
+def plan_of(plan, what: str, scenario: str = "") -> list[tuple[Any, int]]:
+    """A plan, [(seq, count)], as plain pairs: the sequence as it is, the count a plain int."""
+    if type(plan) is list and all(type(e) is tuple and len(e) == 2 and type(e[1]) is int for e in plan):
+        return list(plan)
+
+    def chunk(entry, where, scenario):
+        pair = learner_list(entry, where, scenario, _as_is)
+        if len(pair) != 2:
+            fail(
+                f"{scenario}: {what}",
+                "(seq, count) pairs",
+                f"an entry of {len(pair)} item(s)",
+                "a plan is a list of (seq, count) tuples: the sequence and how many of its tokens run this step",
+            )
+        return pair[0], _int(pair[1], lambda: f"the count in {where}", scenario)
+
+    return learner_list(plan, what, scenario, chunk)
+
+
+def metric(engine, name: str, scenario: str = "") -> int:
+    return learner_int(getattr(engine.metrics, name), f"metrics.{name}", scenario)
+
+
+def step_outputs(finished, scenario: str = "") -> dict[Any, list[list[int]]]:
+    """What ``step()`` returned: {request_id: [output of each sample]}, as plain values."""
+
+    def samples(value, what, scenario):
+        return learner_list(value, what, scenario, learner_int_list)
+
+    return learner_dict(finished, "what step() returned", scenario, samples)
+
+
+def same(got, expected) -> bool:
+    """Two lists of sequences hold the same objects in the same order (identity: no learner __eq__)."""
+    return len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))
+
+
+# ---------------------------------------------------------------- the rules
+
+
+def names(seqs, scenario: str = "") -> list:
+    return [seq_id(seq, scenario) for seq in seqs]
 
 
 def blocks_to_come(cache, seq) -> int:
     """Blocks seq must still allocate to hold every token it knows (0 for a sequence not in the cache)."""
-    table = cache.tables.get(seq.seq_id, [])
-    return max(0, cache.blocks_needed(len(seq.tokens)) - len(table))
+    table = tables(cache).get(seq_id(seq), [])
+    needed = learner_int(cache.blocks_needed(len(tokens(seq))), "what cache.blocks_needed returned")
+    return max(0, needed - len(table))
 
 
-def evictable_blocks(cache) -> list[int]:
+def evictable_blocks(cache, scenario: str = "") -> list[int]:
     """Blocks with a reference but in no table: held only by the prefix cache (or leaked)."""
-    in_tables = {block for table in cache.tables.values() for block in table}
-    return [block for block, refs in enumerate(cache.allocator.refs) if refs > 0 and block not in in_tables]
+    in_tables = {block for table in tables(cache, scenario).values() for block in table}
+    return [block for block, refs in enumerate(pool_refs(cache, scenario)) if refs > 0 and block not in in_tables]
 
 
 @dataclass(frozen=True)
@@ -59,21 +239,21 @@ class Before:
     prompt_tokens: int
 
     @classmethod
-    def of(cls, engine) -> Before:
+    def of(cls, engine, scenario: str = "") -> Before:
         return cls(
-            tuple(engine.running),
-            tuple(engine.waiting),
-            engine.metrics.prefix_hit_tokens,
-            engine.metrics.prompt_tokens,
+            tuple(queue(engine, "running", scenario)),
+            tuple(queue(engine, "waiting", scenario)),
+            metric(engine, "prefix_hit_tokens", scenario),
+            metric(engine, "prompt_tokens", scenario),
         )
 
 
 def expect_admission(scenario: str, before: Before, engine) -> list:
     """The rules of ``_admit``; returns the sequences admitted."""
-    running, waiting, cache = list(engine.running), list(engine.waiting), engine.cache
+    running, waiting, cache = queue(engine, "running", scenario), queue(engine, "waiting", scenario), engine.cache
     admitted = running[len(before.running) :]
     count = len(admitted)
-    if running[: len(before.running)] != list(before.running) or admitted != list(before.waiting[:count]):
+    if not same(running[: len(before.running)], before.running) or not same(admitted, before.waiting[:count]):
         fail(
             f"{scenario}: admission order",
             f"running {names(before.running)} followed by the first waiting sequences of "
@@ -82,20 +262,20 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
             "admission takes sequences from the front of `waiting` (the oldest, or a preempted one put "
             "back there) and appends them to `running`, which stays in admission order: the newest last",
         )
-    if waiting != list(before.waiting[count:]):
+    if not same(waiting, before.waiting[count:]):
         fail(
             f"{scenario}: admission order",
             f"waiting {names(before.waiting[count:])} (the queue minus the {count} admitted at its front)",
             f"waiting {names(waiting)}",
             "admission removes sequences only from the front of the queue and never reorders it",
         )
-    stranded = [seq.seq_id for seq in waiting if seq.seq_id in cache.tables]
+    held = tables(cache, scenario)
+    stranded = [seq_id(seq, scenario) for seq in waiting if seq_id(seq, scenario) in held]
     if stranded:
         fail(
             f"{scenario}: undo a refused admission",
             "no waiting sequence in the cache",
-            f"{stranded} still waiting but created in the cache, holding "
-            f"{[len(cache.tables[s]) for s in stranded]} block(s)",
+            f"{stranded} still waiting but created in the cache, holding {[len(held[s]) for s in stranded]} block(s)",
             "attach creates the sequence in the cache (and shares its cached prefix blocks); when the "
             "admission then does not fit, undo it with cache.free(seq_id) before leaving it in the queue",
         )
@@ -107,30 +287,33 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
             "when nothing runs, admit the front of the queue whatever room is left: add_request guaranteed it "
             "fits the pool alone, and an idle engine that waits for room waits forever",
         )
+    written = lengths(cache, scenario) if admitted else {}
     for seq in admitted:
-        if seq.seq_id not in cache.tables or seq.num_cached != cache.lengths[seq.seq_id]:
+        sid = seq_id(seq, scenario)
+        if sid not in held or num_cached(seq, scenario) != written.get(sid):
             fail(
-                f"{scenario}: admitting {seq.seq_id!r}",
+                f"{scenario}: admitting {sid!r}",
                 "a sequence in the cache whose num_cached equals the tokens attach returned",
-                f"num_cached {seq.num_cached}, cache holds {cache.lengths.get(seq.seq_id, '(not created)')} token(s)",
+                f"num_cached {num_cached(seq, scenario)}, cache holds {written.get(sid, '(not created)')} token(s)",
                 "admit through prefix_cache.attach(seq_id, seq.tokens) and set seq.num_cached to what it returns",
             )
     forced = 1 if not before.running else 0
     if count > forced:
-        promised = sum(blocks_to_come(cache, seq) for seq in running if seq.is_prefilling)
-        spare = len(cache.allocator.refs) // 100
-        if promised + spare > cache.allocator.num_free:
+        promised = sum(blocks_to_come(cache, seq) for seq in running if prefilling(seq, scenario))
+        spare = len(pool_refs(cache, scenario)) // 100
+        free = num_free(cache, scenario)
+        if promised + spare > free:
             fail(
                 f"{scenario}: admit only with room",
                 f"after admitting {names(admitted)}: at least {promised + spare} free block(s), what the running "
                 f"prefills still have to allocate ({promised}) plus 1% of the pool kept spare ({spare})",
-                f"{cache.allocator.num_free} free block(s)",
+                f"{free} free block(s)",
                 "before admitting a sequence, count the blocks every running prefill (and this sequence) still "
                 "needs (_blocks_to_come) and evict to make them free; if they cannot be, undo the attach and "
                 "stop admitting: a sequence admitted without room is preempted again a few steps later",
             )
-    reused = sum(seq.num_cached for seq in admitted)
-    counted = engine.metrics.prefix_hit_tokens - before.prefix_hit_tokens
+    reused = sum(num_cached(seq, scenario) for seq in admitted)
+    counted = metric(engine, "prefix_hit_tokens", scenario) - before.prefix_hit_tokens
     if counted != reused:
         fail(
             f"{scenario}: prefix hits that stick",
@@ -150,17 +333,18 @@ class PlanState:
     progress: tuple  # (num_cached, len(output)) per running sequence
 
     @classmethod
-    def of(cls, engine) -> PlanState:
-        running = tuple(engine.running)
-        return cls(running, tuple((seq.num_cached, len(seq.output)) for seq in running))
+    def of(cls, engine, scenario: str = "") -> PlanState:
+        running = tuple(queue(engine, "running", scenario))
+        return cls(running, tuple((num_cached(seq, scenario), len(output(seq, scenario))) for seq in running))
 
     def expect_unchanged(self, scenario: str, engine, plan) -> None:
-        now = PlanState.of(engine)
-        if now.running != self.running or now.progress != self.progress:
+        now = PlanState.of(engine, scenario)
+        if not same(now.running, self.running) or now.progress != self.progress:
             fail(
                 f"{scenario}: _plan changed the engine",
                 "running, num_cached and output untouched: planning only decides",
-                f"plan {[(s.seq_id, c) for s, c in plan]}; (num_cached, outputs) before "
+                f"plan {[(seq_id(s), c) for s, c in plan_of(plan, 'the plan _plan returned', scenario)]}; "
+                "(num_cached, outputs) before "
                 f"{list(self.progress)}, after {list(now.progress)}",
                 "_plan returns the chunks; num_cached grows in _advance, after the forward pass computed them",
             )
@@ -168,43 +352,47 @@ class PlanState:
 
 def expect_plan(scenario: str, engine, plan) -> None:
     """The rules of ``_plan``: every decoder one token; prefill chunks oldest first within the budget."""
-    running = list(engine.running)
-    seen: set[str] = set()
-    for entry in plan:
-        seq, count = entry
-        if not any(seq is other for other in running) or seq.seq_id in seen or not isinstance(count, int):
+    running = queue(engine, "running", scenario)
+    plan = plan_of(plan, "the plan _plan returned", scenario)
+    seen: set = set()
+    for seq, _ in plan:
+        if not any(seq is other for other in running) or seq_id(seq, scenario) in seen:
             fail(
                 f"{scenario}: the plan",
                 f"(seq, count) pairs naming each running sequence at most once: running {names(running)}",
-                [(s.seq_id, c) for s, c in plan],
+                [(getattr(s, "seq_id", s), c) for s, c in plan],
                 "plan only sequences in `running`, each once, with an integer count of tokens",
             )
-        seen.add(seq.seq_id)
-    counts = {seq.seq_id: count for seq, count in plan}
-    decoders = [seq for seq in running if not seq.is_prefilling]
-    skipped = [seq.seq_id for seq in decoders if counts.get(seq.seq_id) != 1]
+        seen.add(seq_id(seq, scenario))
+    counts = {seq_id(seq, scenario): count for seq, count in plan}
+    pending = {seq_id(seq, scenario): num_pending(seq, scenario) for seq in running}
+    decoders = [seq for seq in running if pending[seq_id(seq)] <= 1]
+    skipped = [seq_id(seq) for seq in decoders if counts.get(seq_id(seq)) != 1]
     if skipped:
         fail(
             f"{scenario}: every running sequence decodes",
             f"one token for each decoding sequence {names(decoders)}",
-            f"plan {[(s.seq_id, c) for s, c in plan]} (wrong or missing for {skipped})",
+            f"plan {[(seq_id(s), c) for s, c in plan]} (wrong or missing for {skipped})",
             "plan one token for every decoding sequence before any prompt chunk: a user is waiting on each of "
             "them, and a decoder left out of a step stalls",
         )
-    budget = engine.max_step_tokens - len(decoders)
+    chunk_size = learner_int(engine.chunk_size, "engine.chunk_size", scenario)
+    max_step_tokens = learner_int(engine.max_step_tokens, "engine.max_step_tokens", scenario)
+    budget = max_step_tokens - len(decoders)
     for seq in running:
-        if not seq.is_prefilling:
+        sid = seq_id(seq)
+        if pending[sid] <= 1:
             continue
-        expected = max(0, min(engine.chunk_size, seq.num_pending, budget))
-        got = counts.get(seq.seq_id, 0)
+        expected = max(0, min(chunk_size, pending[sid], budget))
+        got = counts.get(sid, 0)
         if got != expected:
-            rule = "chunk size" if got > engine.chunk_size else "token budget"
+            rule = "chunk size" if got > chunk_size else "token budget"
             fail(
-                f"{scenario}: {rule} (chunk_size={engine.chunk_size}, max_step_tokens={engine.max_step_tokens}, "
+                f"{scenario}: {rule} (chunk_size={chunk_size}, max_step_tokens={max_step_tokens}, "
                 f"{len(decoders)} decoding)",
-                f"{expected} token(s) for {seq.seq_id!r} ({seq.num_pending} pending, {max(budget, 0)} of the "
+                f"{expected} token(s) for {sid!r} ({pending[sid]} pending, {max(budget, 0)} of the "
                 "step's budget left after the decoders and the older prefills)",
-                f"{got} token(s); plan {[(s.seq_id, c) for s, c in plan]}",
+                f"{got} token(s); plan {[(seq_id(s), c) for s, c in plan]}",
                 "after the decoders, give prefilling sequences chunks in running order (oldest first), each "
                 "min(chunk_size, its pending tokens, budget left), until the step's budget is spent",
             )
@@ -214,9 +402,9 @@ def expect_plan(scenario: str, engine, plan) -> None:
 class Reservation:
     """What one call of ``_reserve`` did, watched as it happens (see ``engine_watch``)."""
 
-    def __init__(self, engine, plan) -> None:
-        self.before = Before.of(engine)
-        self.plan = list(plan)
+    def __init__(self, engine, plan, scenario: str = "") -> None:
+        self.before = Before.of(engine, scenario)
+        self.plan = plan_of(plan, "the plan _reserve was given", scenario)
         self.victims: list = []
         self.memory_errors = 0
         self.evictions_asked: list[int] = []  # blocks_wanted of each prefix_cache.evict call
@@ -229,15 +417,16 @@ class Reservation:
         """Called when ``seq`` is freed during ``_reserve``, before its blocks go back."""
         live = self.live()
         cache = engine.cache
-        spare = evictable_blocks(cache)
+        sid = seq_id(seq, scenario)
+        spare = evictable_blocks(cache, scenario)
         if spare and self.evictions_asked:
-            refs = [cache.allocator.refs[block] for block in spare]
+            refs = [pool_refs(cache, scenario)[block] for block in spare]
             fail(
-                f"{scenario}: evict before preempting {seq.seq_id!r}",
+                f"{scenario}: evict before preempting {sid!r}",
                 "no block held only by the prefix cache when a sequence is preempted",
                 f"{len(spare)} such block(s) {spare[:8]} (reference counts {refs[:8]}) after "
                 f"prefix_cache.evict({', '.join(map(str, self.evictions_asked))}) with "
-                f"{cache.allocator.num_free} block(s) free",
+                f"{num_free(cache, scenario)} block(s) free",
                 "evict(blocks_wanted) drops entries until blocks_wanted blocks are free in all, so ask for more "
                 "than are free now (num_free + what the chunk needs); if you did, the prefix cache kept blocks "
                 "it should have dropped: evict must release every entry nobody else uses (reference count 1), "
@@ -245,7 +434,7 @@ class Reservation:
             )
         if spare:
             fail(
-                f"{scenario}: evict before preempting {seq.seq_id!r}",
+                f"{scenario}: evict before preempting {sid!r}",
                 "no block held only by the prefix cache when a sequence is preempted",
                 f"{len(spare)} such block(s) {spare[:8]} could have been evicted",
                 "on MemoryError, first ask the prefix cache to evict (prefix_cache.evict); preempt only when "
@@ -255,7 +444,7 @@ class Reservation:
         if not self.memory_errors:
             fail(
                 f"{scenario}: preempt only when out of memory",
-                f"{seq.seq_id!r} preempted only after cache.reserve raised MemoryError",
+                f"{sid!r} preempted only after cache.reserve raised MemoryError",
                 "a preemption with no MemoryError in this step",
                 "preemption is the answer to a reserve that cannot be met, not a way to make room in advance",
             )
@@ -263,9 +452,9 @@ class Reservation:
             alone = " (the only running sequence)" if len(live) == 1 else ""
             fail(
                 f"{scenario}: preempt the newest",
-                f"the newest running sequence {live[-1].seq_id if live else None!r} as the victim "
+                f"the newest running sequence {seq_id(live[-1]) if live else None!r} as the victim "
                 f"(running, oldest first: {names(live)})",
-                f"{seq.seq_id!r}{alone}",
+                f"{sid!r}{alone}",
                 "preempt running[-1], the newest: it has the least work to lose, and the oldest sequence, "
                 "never preempted while another runs and alone always fitting, makes progress every step",
             )
@@ -274,23 +463,24 @@ class Reservation:
     def expect_outcome(self, scenario: str, engine, kept) -> None:
         """The rules after ``_reserve`` returned ``kept``."""
         victims = self.victims
-        waiting = list(engine.waiting)
+        waiting, running = queue(engine, "waiting", scenario), queue(engine, "running", scenario)
+        held = tables(engine.cache, scenario)
         unfreed = [
-            seq.seq_id
+            seq_id(seq, scenario)
             for seq in self.live()
-            if not any(seq is s for s in engine.running) and seq.seq_id in engine.cache.tables
+            if not any(seq is s for s in running) and seq_id(seq, scenario) in held
         ]
         if unfreed:
             fail(
                 f"{scenario}: preempting {unfreed}",
                 "a preempted sequence's blocks back in the pool (cache.free) when it leaves `running`",
-                f"{unfreed} left `running` but still hold "
-                f"{[len(engine.cache.tables[s]) for s in unfreed]} block(s) in the cache",
+                f"{unfreed} left `running` but still hold {[len(held[s]) for s in unfreed]} block(s) in the cache",
                 "preempting frees the blocks with cache.free(seq_id): that is the memory it makes; the "
                 "sequence keeps its output and is recomputed when readmitted",
             )
-        front = sorted(victims, key=list(self.before.running).index)
-        if waiting[: len(front)] != front or waiting[len(front) :] != list(self.before.waiting):
+        order = list(self.before.running)
+        front = sorted(victims, key=lambda victim: next(i for i, seq in enumerate(order) if seq is victim))
+        if not same(waiting[: len(front)], front) or not same(waiting[len(front) :], self.before.waiting):
             fail(
                 f"{scenario}: preempted to the front",
                 f"waiting {names(front)} (the preempted, oldest first) then {names(self.before.waiting)}",
@@ -299,36 +489,37 @@ class Reservation:
                 "longest, and it is the next to be admitted",
             )
         for seq in victims:
-            if seq.num_cached != 0 or any(seq is s for s in engine.running) or seq.seq_id in engine.cache.tables:
+            sid, cached, still = seq_id(seq, scenario), num_cached(seq, scenario), any(seq is s for s in running)
+            if cached != 0 or still or sid in held:
                 fail(
-                    f"{scenario}: preempting {seq.seq_id!r}",
+                    f"{scenario}: preempting {sid!r}",
                     "out of running and of the cache, with num_cached 0 (its output kept)",
-                    f"num_cached {seq.num_cached}, running {any(seq is s for s in engine.running)}, "
-                    f"in the cache {seq.seq_id in engine.cache.tables}",
+                    f"num_cached {cached}, running {still}, in the cache {sid in held}",
                     "preempting frees the blocks (cache.free), sets num_cached = 0, removes the sequence from "
                     "`running` and puts it at the front of `waiting`",
                 )
         expected = [(seq, count) for seq, count in self.plan if not any(seq is v for v in victims)]
-        if [(s.seq_id, c) for s, c in kept] != [(s.seq_id, c) for s, c in expected]:
+        kept = plan_of(kept, "what _reserve returned", scenario)
+        if not same([s for s, _ in kept], [s for s, _ in expected]) or [c for _, c in kept] != [c for _, c in expected]:
             fail(
                 f"{scenario}: every running sequence decodes",
-                f"the plan minus the preempted: {[(s.seq_id, c) for s, c in expected]}",
-                f"{[(s.seq_id, c) for s, c in kept]}",
+                f"the plan minus the preempted: {[(seq_id(s), c) for s, c in expected]}",
+                f"{[(getattr(s, 'seq_id', s), c) for s, c in kept]}",
                 "_reserve returns the plan without the preempted sequences; every other chunk stays, "
                 "reserved, so no running sequence is skipped",
             )
 
 
 def expect_eviction(scenario: str, cache, refs_before: list[int]) -> None:
-    """No block in a live table lost a reference to an eviction."""
-    in_tables = {block for table in cache.tables.values() for block in table}
-    taken = [b for b in sorted(in_tables) if cache.allocator.refs[b] < refs_before[b]]
+    """No block in a live table lost a reference to an eviction (``refs_before`` read by ``pool_refs``)."""
+    in_tables = {block for table in tables(cache, scenario).values() for block in table}
+    refs = pool_refs(cache, scenario)
+    taken = [b for b in sorted(in_tables) if refs[b] < refs_before[b]]
     if taken:
         fail(
             f"{scenario}: never evict blocks in use",
             "evict drops only entries whose block nobody else holds (reference count 1)",
-            f"block(s) {taken} lost a reference while in a running sequence's table "
-            f"(now {[cache.allocator.refs[b] for b in taken]})",
+            f"block(s) {taken} lost a reference while in a running sequence's table (now {[refs[b] for b in taken]})",
             "evict may release a cached block only when the prefix cache holds its only reference; a block "
             "that a sequence uses would otherwise be handed to someone else and overwritten",
         )

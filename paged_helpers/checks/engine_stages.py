@@ -19,6 +19,7 @@ from ..serving import Sequence, sample_seed
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build
 from .report import CheckFailed, call_learner, check, fail
+from .strict import learner_int, learner_list
 
 __all__ = ["check_engine_admission", "check_engine_plan", "check_engine_reserve", "check_engine_fork"]
 
@@ -87,38 +88,40 @@ def _add_request(engine, scenario: str, *args) -> Refused | None:
 
 
 def _expect_refused(engine, scenario: str, request_id: str, prompt: list[int], max_new: int) -> None:
-    waiting = list(engine.waiting)
+    waiting = rules.queue(engine, "waiting", scenario)
     if _add_request(engine, scenario, request_id, prompt, max_new) is None:
-        pool = len(engine.cache.allocator.refs)
+        pool = len(rules.pool_refs(engine.cache, scenario))
         fail(
             f"{scenario}: add_request({request_id!r}) of {len(prompt)} + {max_new} tokens in a pool of {pool} blocks",
             "ValueError at once: the request can never fit, even alone in an empty pool",
             "the request was accepted (serving it would preempt everyone else forever)",
             "compare cache.blocks_needed(len(prompt) + max_new_tokens) with the pool's size, before queueing",
         )
-    if list(engine.waiting) != waiting:
+    now = rules.queue(engine, "waiting", scenario)
+    if not rules.same(now, waiting):
         fail(
             f"{scenario}: after refusing {request_id!r}",
             f"waiting unchanged: {rules.names(waiting)}",
-            f"waiting {rules.names(engine.waiting)}",
+            f"waiting {[getattr(seq, 'seq_id', seq) for seq in now]}",
             "validate before appending to the queue: a refused request leaves no trace",
         )
 
 
 def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=1, seed=0, temperature=0.0):
-    free = engine.cache.allocator.num_free
+    free = rules.num_free(engine.cache, scenario)
     error = _add_request(engine, scenario, request_id, prompt, max_new, n, seed, temperature)
     if error is not None:
         fail(
             f"{scenario}: refuse only requests that can never fit: add_request({request_id!r}) of "
             f"{len(prompt) + max_new} tokens, {free} block(s) free",
             f"accepted: it needs {engine.cache.blocks_needed(len(prompt) + max_new)} blocks and the pool has "
-            f"{len(engine.cache.allocator.refs)}",
+            f"{len(rules.pool_refs(engine.cache, scenario))}",
             f"ValueError: {error}",
             "compare with the whole pool (len(cache.allocator.refs)), not with the free blocks of the moment: "
             "room is made later, by waiting, eviction and preemption",
         )
-    seq = engine.waiting[-1] if engine.waiting else None
+    waiting = rules.queue(engine, "waiting", scenario)
+    seq = waiting[-1] if waiting else None
     expected = dict(
         seq_id=request_id,
         request_id=request_id,
@@ -134,8 +137,12 @@ def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=
     )
     # By name, not isinstance: while grading, the checks run from a fresh copy of paged_helpers, so
     # the learner's Sequence (imported before) is an equal class, but not the same object.
-    is_sequence = type(seq).__name__ == Sequence.__name__
-    got = {name: getattr(seq, name, "(missing)") for name in expected} if is_sequence else seq
+    # The name as the type holds it (type's own descriptor: a metaclass of the learner's cannot answer).
+    name = type.__dict__["__name__"].__get__(type(seq))
+    if type(name) is str and name == Sequence.__name__:
+        got = rules.fields(seq, expected, scenario)
+    else:  # never compared: an object of the learner's could say it equals the expected fields
+        got = None if seq is None else f"an object of type {name}"
     if got != expected:
         fail(
             f"{scenario}: the sequence add_request queued for {request_id!r} (n={n}, seed={seed})",
@@ -172,7 +179,7 @@ def _admission_queue(engine_class, cache_class, prefix_class) -> None:
     for request_id, prompt in queue:
         _expect_accepted(engine, scenario, request_id, prompt, 3)
     call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
-    admitted = rules.names(engine.running)
+    admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
     if admitted != ["a", "b"]:
         fail(
             f"{scenario}: admit while there is room",
@@ -207,11 +214,12 @@ def _admission_spare(engine_class, cache_class, prefix_class) -> None:
     _expect_accepted(engine, scenario, "a", _tokens(1, 200), 4)
     _expect_accepted(engine, scenario, "b", _tokens(300, 200), 4)
     call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
-    if rules.names(engine.running) != ["a"]:
+    admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
+    if admitted != ["a"]:
         fail(
             f"{scenario}: admit only with room",
             "['a'] admitted: 'a' and 'b' need 100 blocks together, and 1 block (1% of the pool) stays spare",
-            rules.names(engine.running),
+            admitted,
             "count the running prefills' blocks, this sequence's, and the spare 1% of the pool",
         )
 
@@ -281,26 +289,29 @@ def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks,
         _leave_in_prefix_cache(cache, prefix, "earlier", cached_prompt)
     plan = [(_place(engine, seq, computed), count) for seq, computed, count in placed]
     engine.waiting.extend(waiting)
-    running = list(engine.running)
+    running = rules.queue(engine, "running", scenario)
     kept = call_learner("_reserve(plan)", engine._reserve, plan, scenario=scenario)  # watched: applies the rules
-    for seq, count in kept:
-        missing = cache.blocks_to_add(seq.seq_id, count)
+    for seq, count in rules.plan_of(kept, "what _reserve returned", scenario):
+        sid = rules.seq_id(seq, scenario)
+        missing = learner_int(cache.blocks_to_add(sid, count), f"what cache.blocks_to_add({sid!r}, {count}) returned")
         if missing:
             fail(
-                f"{scenario}: after _reserve, chunk ({seq.seq_id!r}, {count})",
+                f"{scenario}: after _reserve, chunk ({sid!r}, {count})",
                 "room for every kept chunk: its blocks exist before the forward pass",
                 f"{missing} block(s) still missing",
                 "call cache.reserve(seq_id, count) for every chunk that stays in the plan",
             )
-    victims = [seq for seq in running if not any(seq is s for s in engine.running)]
-    if engine.metrics.preemptions != len(victims):
+    still = rules.queue(engine, "running", scenario)
+    victims = [seq for seq in running if not any(seq is s for s in still)]
+    counted = rules.metric(engine, "preemptions", scenario)
+    if counted != len(victims):
         fail(
             f"{scenario}: metrics",
             f"metrics.preemptions == {len(victims)} (preempted: {rules.names(victims)})",
-            engine.metrics.preemptions,
+            counted,
             "call self.metrics.record_preemption(seq) once in each preemption",
         )
-    return rules.names(victims)
+    return rules.names(victims, scenario)
 
 
 @check(notebook=NOTEBOOK, builds="EngineScheduler", partners=PARTNERS)
@@ -369,14 +380,17 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
     engine.request_seeds["r"] = seed
     engine.finished_samples["r"] = {}
     _place(engine, parent, 10)
-    table = list(cache.tables["r"])
+    table = rules.tables(cache, scenario)["r"]
     children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
-    children = list(children or [])
-    if len(children) != n - 1 or list(engine.running) != [other, parent, *children]:
+    if children is not None:
+        children = learner_list(children, "what _fork_samples returned", scenario, lambda item, _what, _scenario: item)
+    children = children or []
+    running = rules.queue(engine, "running", scenario)
+    if len(children) != n - 1 or not rules.same(running, [other, parent, *children]):
         fail(
             f"{scenario}: running after the fork",
             f"{n - 1} new samples returned and appended to running: ['other', 'r', ...]",
-            f"returned {len(children)}; running {rules.names(engine.running)}",
+            f"returned {len(children)}; running {[getattr(seq, 'seq_id', seq) for seq in running]}",
             "create the samples 1..n-1, append them to self.running (they are the newest) and return them",
         )
     for index, child in enumerate(children, start=1):
@@ -392,7 +406,7 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
             num_cached=10,
             forked=True,
         )
-        got = {name: getattr(child, name, "(missing)") for name in expected}
+        got = rules.fields(child, expected, scenario)
         if got != expected:
             wrong = [name for name in expected if got[name] != expected[name]]
             fail(
@@ -402,27 +416,32 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
                 f"wrong: {wrong}. Sample i is a new Sequence of the same request with sample_index=i, its own "
                 "seed sample_seed(self.request_seeds[request_id], i), the parent's num_cached and forked=True",
             )
-        if child.output is parent.output or child.seq_id in ("r", *[c.seq_id for c in children if c is not child]):
+        others = ["r", *[rules.seq_id(c, scenario) for c in children if c is not child]]
+        sid = rules.seq_id(child, scenario)
+        if child.output is parent.output or sid in others:
             fail(
                 f"{scenario}: sample {index}",
                 "a sequence of its own: a distinct seq_id and its own output list",
-                f"seq_id {child.seq_id!r}, output shared with the parent: {child.output is parent.output}",
+                f"seq_id {sid!r}, output shared with the parent: {child.output is parent.output}",
                 "build a new Sequence (copy.copy(parent) shares the output list, so every sample would append "
                 "to the same tokens), with a seq_id such as f'{request_id}/{i}'",
             )
-        if cache.tables.get(child.seq_id) != table or cache.lengths.get(child.seq_id) != 10:
+        tables, lengths = rules.tables(cache, scenario), rules.lengths(cache, scenario)
+        if tables.get(sid) != table or lengths.get(sid) != 10:
             fail(
                 f"{scenario}: sample {index} in the cache",
                 f"a fork of 'r': table {table}, length 10",
-                f"table {cache.tables.get(child.seq_id)}, length {cache.lengths.get(child.seq_id)}",
+                f"table {tables.get(sid)}, length {lengths.get(sid)}",
                 "cache.fork(parent.seq_id, child.seq_id) shares the prompt's blocks: no copy, no recomputation",
             )
-    refs = [cache.allocator.refs[block] for block in table]
-    if refs != [n] * len(table) or not parent.forked:
+    pool = rules.pool_refs(cache, scenario)
+    refs = [pool[block] for block in table]
+    forked = rules.fields(parent, ["forked"], scenario)["forked"]
+    if refs != [n] * len(table) or not forked:
         fail(
             f"{scenario}: the prompt's blocks after the fork",
             f"reference count {n} on each of {table} (parent + {n - 1} samples), parent.forked True",
-            f"counts {refs}, parent.forked {parent.forked}",
+            f"counts {refs}, parent.forked {forked}",
             "fork each sample once through cache.fork, and mark the parent forked so it is not forked again",
         )
     return f"{n} samples sharing {len(table)} blocks"

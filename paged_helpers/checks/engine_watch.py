@@ -21,7 +21,8 @@ from collections import Counter
 
 from ..model import tiny_qwen3
 from . import engine_rules as rules
-from .report import call_learner, fail
+from .report import CheckFailed, call_learner, fail
+from .strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
 
 
 @functools.cache
@@ -80,9 +81,33 @@ class Watch:
         self.kept: list | None = None
         self.phases: list[str] = []
         self.engine = None  # set by build()
+        self.failure: CheckFailed | None = None  # the first failure, kept should the learner's code catch it
 
     def where(self) -> str:
         return f"{self.scenario}, step {self.step}"
+
+
+def _kept_failure(watch: Watch, method):
+    """``method`` of a watched class, its failures kept in ``watch``: the learner's code around it (a step()
+    that catches every exception, say) cannot swallow a broken rule or a refused value, which is raised
+    again as soon as any watched method returns, and at the latest when the watched step() (or the stage
+    the check called) returns to the check."""
+
+    @functools.wraps(method)
+    def keeping(self, *args, **kwargs):
+        try:
+            result = method(self, *args, **kwargs)
+        except CheckFailed as error:
+            if watch.failure is None:
+                watch.failure = error
+            if watch.failure is not error:  # a later complaint: the first broken rule is the one to name
+                raise watch.failure  # noqa: B904 (its own cause stays as it was)
+            raise
+        if watch.failure is not None:
+            raise watch.failure
+        return result
+
+    return keeping
 
 
 def watched(engine_class, cache_class, prefix_class, watch: Watch):
@@ -90,11 +115,13 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
 
     class WatchedCache(cache_class):
         def create(self, seq):
-            if seq in self.tables:
+            seq = learner_key(seq, "the seq_id given to cache.create", watch.where())
+            tables = rules.tables(self, watch.where())
+            if seq in tables:
                 fail(
                     f"{watch.where()}: creating sequence {seq!r}",
                     f"{seq!r} absent from the cache (never created, or freed since)",
-                    f"{seq!r} still holds {len(self.tables[seq])} block(s)",
+                    f"{seq!r} still holds {len(tables[seq])} block(s)",
                     "every way out of the running batch gives the blocks back with cache.free(seq_id): "
                     "finishing, being preempted, and an admission undone for lack of room",
                 )
@@ -104,10 +131,11 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             return super().create(seq)
 
         def free(self, seq):
+            seq = learner_key(seq, "the seq_id given to cache.free", watch.where())
             reservation = watch.reservation
             if reservation is not None:
-                victim = next((s for s in reservation.live() if s.seq_id == seq), None)
-                if victim is not None and not victim.is_finished:
+                victim = next((s for s in reservation.live() if rules.seq_id(s, watch.where()) == seq), None)
+                if victim is not None and not rules.finished(victim, watch.where()):
                     reservation.expect_preemption(watch.where(), watch.engine, victim)
                     watch.preemptions += 1
             if seq in watch.worked_on:  # freed after computing something: if created again, it resumed
@@ -135,13 +163,13 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
     class WatchedPrefixCache(prefix_class):
         def attach(self, seq, prompt):
             reused = super().attach(seq, prompt)
-            watch.reused_tokens += int(reused)
+            watch.reused_tokens += learner_int(reused, "what prefix_cache.attach returned", watch.where())
             return reused
 
         def evict(self, blocks_wanted):
             if watch.reservation is not None:
                 watch.reservation.evictions_asked.append(blocks_wanted)
-            refs = list(self.cache.allocator.refs)
+            refs = rules.pool_refs(self.cache, watch.where())
             result = super().evict(blocks_wanted)
             rules.expect_eviction(watch.where(), self.cache, refs)
             return result
@@ -157,13 +185,14 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             watch.engine = self
             watch.phases, watch.kept = [], None
             watch.step_writes.clear()
-            finished = super().step()
+            # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
+            finished = rules.step_outputs(super().step(), watch.where())
             _expect_step(self, watch)
             watch.step += 1
             return finished
 
         def _admit(self):
-            before = rules.Before.of(self)
+            before = rules.Before.of(self, watch.where())
             watch.phases.append("_admit")
             result = super()._admit()
             rules.expect_admission(watch.where(), before, self)
@@ -171,20 +200,20 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
 
         def _plan(self):
             watch.phases.append("_plan")
-            state = rules.PlanState.of(self)
+            state = rules.PlanState.of(self, watch.where())
             plan = super()._plan()
             state.expect_unchanged(watch.where(), self, plan)
-            rules.expect_plan(watch.where(), self, list(plan))
+            rules.expect_plan(watch.where(), self, plan)
             return plan
 
         def _reserve(self, plan):
             watch.phases.append("_reserve")
-            watch.reservation = rules.Reservation(self, plan)
+            watch.reservation = rules.Reservation(self, plan, watch.where())
             try:
                 kept = super()._reserve(plan)
             finally:
                 reservation, watch.reservation = watch.reservation, None
-            kept = list(kept)
+            kept = rules.plan_of(kept, "what _reserve returned", watch.where())
             reservation.expect_outcome(watch.where(), self, kept)
             watch.kept = kept
             return kept
@@ -192,6 +221,9 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
     pairs = ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class))
     for cls, learner in pairs:
         cls.__name__ = cls.__qualname__ = learner.__name__
+        for name, method in list(vars(cls).items()):
+            if callable(method) and not name.startswith("__"):
+                setattr(cls, name, _kept_failure(watch, method))
     return WatchedEngine, WatchedCache, WatchedPrefixCache
 
 
@@ -204,7 +236,7 @@ def _expect_step(engine, watch: Watch) -> None:
             f"called {watch.phases}",
             "keep the notebook's step(): admit, plan, reserve, forward, advance",
         )
-    planned = {seq.seq_id: count for seq, count in watch.kept}
+    planned = {rules.seq_id(seq, watch.where()): count for seq, count in watch.kept}
     computed = dict(watch.step_writes)
     if computed != planned:
         fail(
@@ -214,11 +246,12 @@ def _expect_step(engine, watch: Watch) -> None:
             "_forward runs every kept (seq, count) chunk once, and nothing else",
         )
     outputs: dict[int, str] = {}
-    for seq in engine.running:
-        other = outputs.setdefault(id(seq.output), seq.seq_id)
-        if other != seq.seq_id:
+    for seq in rules.queue(engine, "running", watch.where()):
+        sid = rules.seq_id(seq, watch.where())
+        other = outputs.setdefault(id(seq.output), sid)
+        if other != sid:
             fail(
-                f"{watch.where()}: samples {other!r} and {seq.seq_id!r}",
+                f"{watch.where()}: samples {other!r} and {sid!r}",
                 "each sample with its own output list",
                 "one list object shared by both: a token appended to one appears in the other",
                 "a fork is a new Sequence whose output starts as a copy of the parent's (list(...)); "
@@ -228,12 +261,16 @@ def _expect_step(engine, watch: Watch) -> None:
 
 def _verify_write(cache, positions, watch: Watch) -> None:
     """Positions continue each sequence; their blocks exist and belong to it alone."""
-    batch = list(cache.batch)
-    rows = positions.expand(len(batch), -1) if positions.ndim == 1 else positions
-    size = cache.block_size
+    where = watch.where()
+    batch = learner_list(cache.batch, "cache.batch", where, learner_key)
+    positions = learner_tensor(positions, "the positions given to the model", where)
+    with torch_unhooked():
+        rows = (positions.expand(len(batch), -1) if positions.ndim == 1 else positions).tolist()
+    size = learner_int(cache.block_size, "cache.block_size", where)
+    tables, lengths, refs = rules.tables(cache, where), rules.lengths(cache, where), rules.pool_refs(cache, where)
     for row, seq in enumerate(batch):
-        written = [int(p) for p in rows[row]]
-        cached = cache.lengths[seq]
+        written = learner_int_list(rows[row], f"the positions of {seq!r}", where)
+        cached = lengths[seq]
         expected = list(range(cached, cached + len(written)))
         if written != expected:
             resumed = (
@@ -250,7 +287,7 @@ def _verify_write(cache, positions, watch: Watch) -> None:
                 "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
                 f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
             )
-        table = cache.tables[seq]
+        table = tables[seq]
         if (written[-1] // size) >= len(table):
             fail(
                 f"{watch.where()}: a forward pass wrote sequence {seq!r} up to position {written[-1]}",
@@ -262,11 +299,11 @@ def _verify_write(cache, positions, watch: Watch) -> None:
             )
         for position in written:
             block = table[position // size]
-            if cache.allocator.refs[block] > 1:
+            if refs[block] > 1:
                 fail(
                     f"{watch.where()}: a forward pass wrote sequence {seq!r} at position {position} into block {block}",
                     "a block this sequence owns alone (reserve copies a shared block before a write)",
-                    f"block {block} with reference count {cache.allocator.refs[block]}",
+                    f"block {block} with reference count {refs[block]}",
                     "reserve every planned chunk before the forward pass; after a fork, reserve is what "
                     "copies the shared last block (copy-on-write)",
                 )

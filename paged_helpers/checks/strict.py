@@ -85,6 +85,38 @@ def learner_int_list(value: Any, what: str, scenario: str = "") -> list[int]:
     return [learner_int(item, f"an element of {what}", scenario) for item in items]
 
 
+def learner_list(value: Any, what: str, scenario: str, read_item: Callable[[Any, str, str], Any]) -> list:
+    """``value`` as a plain list (a list, tuple or deque), each item read by ``read_item``."""
+    from collections import deque
+
+    if type(value) not in (list, tuple, deque):
+        _odd_type(scenario, what, "a list", value)
+    return [read_item(item, f"{what}[{index}]", scenario) for index, item in enumerate(list(value))]
+
+
+def learner_bool(value: Any, what: str, scenario: str = "") -> bool:
+    """``value`` as a plain bool: an exact ``bool`` or numpy bool; else fail."""
+    kind = type(value)
+    if kind is bool:
+        return value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and kind is numpy.bool_:
+        return bool(value)
+    _odd_type(scenario, what, "a bool", value)
+    raise AssertionError("unreachable: fail() raises")
+
+
+def learner_float(value: Any, what: str, scenario: str = "") -> float:
+    """``value`` as a plain number: an exact ``float`` (or a plain int, read as one); else fail."""
+    kind = type(value)
+    if kind is float:
+        return value
+    if kind is int or kind in _NUMPY_INTS:
+        return float(value)
+    _odd_type(scenario, what, "a float", value)
+    raise AssertionError("unreachable: fail() raises")
+
+
 def learner_key(value: Any, what: str, scenario: str = "") -> Any:
     """A dictionary key the check compares: an exact str, int or tuple of those."""
     kind = type(value)
