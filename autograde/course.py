@@ -35,16 +35,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from paged_grading import (  # noqa: E402
-    collect,
-    coursedb,
-    feedback_files,
-    publish,
-    release_check,
-    report,
-    sandbox,
-    workspace,
-)
+# The light modules; those that import nbgrader or nbformat (seconds) are imported by the commands
+# that use them, so that every other command starts at once.
+from paged_grading import collect, coursedb, feedback_files, sandbox, workspace  # noqa: E402
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 
@@ -131,6 +124,8 @@ def cmd_workspace(args) -> int:
 
 def cmd_publish(args) -> int:
     """An assignment's solution, for the later notebooks that build on it (after its deadline)."""
+    from paged_grading import publish
+
     assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
     for assignment in assignments:
         path = publish.publish(args.notebooks / f"{assignment}.ipynb", args.into)
@@ -140,6 +135,8 @@ def cmd_publish(args) -> int:
 
 
 def cmd_check_release(args) -> int:
+    from paged_grading import release_check
+
     released = sorted(p.name for p in (args.root / "release").iterdir() if p.is_dir())
     assignments = _chosen(args.assignments, released)
     problems = 0
@@ -403,6 +400,8 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from paged_grading import report
+
     out = args.root / "reports"
     out.mkdir(exist_ok=True)
     url = coursedb.db_url(args.root)

@@ -38,6 +38,7 @@ from paged_grading import (  # noqa: E402
     collect,
     coursedb,
     feedback_files,
+    grading_kernels,
     guard,
     hidden,
     kernel_guard,
@@ -53,6 +54,7 @@ from paged_grading import (  # noqa: E402
 
 __all__ = [
     "collect",
+    "grading_kernels",
     "guard",
     "hidden",
     "kernel_guard",

@@ -551,13 +551,13 @@ def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatc
     import asyncio
     import signal
 
-    from autograde_helpers import sandbox
+    from autograde_helpers import grading_kernels
 
     submission = _student_course(tmp_path)
-    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+    monkeypatch.setattr(grading_kernels, "pristine_copies", lambda: [])
 
     async def run():
-        manager = sandbox.SandboxedKernelManager(kernel_name="python3", use_zygote=False)
+        manager = grading_kernels.SandboxedKernelManager(kernel_name="python3", use_zygote=False)
         await manager.start_kernel(cwd=str(submission.scratch))
         box = manager.sandbox
         private, cgroup = box.private, box.cgroup.path
@@ -575,9 +575,9 @@ def test_a_grading_kernel_killed_mid_cell_leaves_no_sandbox(tmp_path, monkeypatc
     assert cgroup is None or not cgroup.exists()
 
 
-async def _run_in_kernel(sandbox, cwd: Path, code: str) -> str:
+async def _run_in_kernel(grading_kernels, cwd: Path, code: str) -> str:
     """Start a grading kernel working in ``cwd``, run ``code``, stop the kernel; what it printed."""
-    manager = sandbox.SandboxedKernelManager(kernel_name="python3")
+    manager = grading_kernels.SandboxedKernelManager(kernel_name="python3")
     await manager.start_kernel(cwd=str(cwd))
     client = manager.client()
     client.start_channels()
@@ -618,19 +618,19 @@ def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path,
     /dev/shm, no process it started."""
     import asyncio
 
-    from autograde_helpers import sandbox
+    from autograde_helpers import grading_kernels
 
     first = _student_course(tmp_path)
     second = first.root / "autograded" / "alice" / "03_paged_kv_cache"
     second.mkdir()
-    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+    monkeypatch.setattr(grading_kernels, "pristine_copies", lambda: [])
     try:
-        before = asyncio.run(_run_in_kernel(sandbox, first.scratch, LEAVE_THINGS_BEHIND)).split()
-        after = asyncio.run(_run_in_kernel(sandbox, second, LOOK_FOR_THEM)).split()
-        (zygote,) = sandbox._ZYGOTES
+        before = asyncio.run(_run_in_kernel(grading_kernels, first.scratch, LEAVE_THINGS_BEHIND)).split()
+        after = asyncio.run(_run_in_kernel(grading_kernels, second, LOOK_FOR_THEM)).split()
+        (zygote,) = grading_kernels._ZYGOTES
         private = zygote.box.private
     finally:
-        sandbox.close_zygotes()
+        grading_kernels.close_zygotes()
     assert before[0] == "ZYGOTE" and before[4:6] == ["TORCH", "True"], before
     assert after[1] == before[1], "both kernels are children of the zygote"
     assert after[2:4] == ["TORCH", "True"] and after[5] == str(second), after
@@ -644,17 +644,17 @@ def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path,
 def test_a_kernel_that_kills_its_zygote_costs_only_its_own_notebook(tmp_path, monkeypatch):
     import asyncio
 
-    from autograde_helpers import sandbox
+    from autograde_helpers import grading_kernels
 
     first = _student_course(tmp_path)
     second = first.root / "autograded" / "alice" / "03_paged_kv_cache"
     second.mkdir()
-    monkeypatch.setattr(sandbox, "pristine_copies", lambda: [])
+    monkeypatch.setattr(grading_kernels, "pristine_copies", lambda: [])
     try:
         with contextlib.suppress(Exception):  # the kernel may die with its zygote before it replies
-            asyncio.run(_run_in_kernel(sandbox, first.scratch, "import os; os.kill(os.getppid(), 9)"))
-        assert sandbox._ZYGOTES == [], "the dead zygote's sandbox was closed when its kernel was let go"
-        assert "TORCH True" in asyncio.run(_run_in_kernel(sandbox, second, LOOK_FOR_THEM))
-        assert len(sandbox._ZYGOTES) == 1, "the next notebook started a new one"
+            asyncio.run(_run_in_kernel(grading_kernels, first.scratch, "import os; os.kill(os.getppid(), 9)"))
+        assert grading_kernels._ZYGOTES == [], "the dead zygote's sandbox was closed when its kernel was let go"
+        assert "TORCH True" in asyncio.run(_run_in_kernel(grading_kernels, second, LOOK_FOR_THEM))
+        assert len(grading_kernels._ZYGOTES) == 1, "the next notebook started a new one"
     finally:
-        sandbox.close_zygotes()
+        grading_kernels.close_zygotes()

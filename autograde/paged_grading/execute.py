@@ -15,7 +15,7 @@ FairExecute keeps grading the rest of the notebook instead:
 * after ``max_kernel_restarts`` crashes, the remaining cells are marked "not run" with an
   error output: a grade cell with no output would otherwise get full points.
 
-Each kernel is started inside the submission's sandbox (``sandbox.SandboxedKernelManager``).
+Each kernel is started inside the submission's sandbox (``grading_kernels.SandboxedKernelManager``).
 The per-cell timeout is ``timeout`` (seconds), or ``slow_assignments[assignment]`` for the
 Triton notebooks, whose checks run kernels in the CPU interpreter.
 """
@@ -31,7 +31,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Integer
 
-from .sandbox import SandboxedKernelManager
+from .grading_kernels import SandboxedKernelManager
 
 KERNEL_DIED = "KernelDied"
 KERNEL_UNRESPONSIVE = "KernelUnresponsive"

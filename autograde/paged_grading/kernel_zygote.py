@@ -1,4 +1,4 @@
-"""A forking server of grading kernels: runs INSIDE one student's sandbox (see ``sandbox.KernelZygote``).
+"""A forking server of grading kernels: runs INSIDE one student's sandbox (see ``grading_kernels.KernelZygote``).
 
     python kernel_zygote.py SOCKET      (prints "ready" once it listens on the Unix socket SOCKET)
 

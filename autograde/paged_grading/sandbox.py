@@ -20,17 +20,13 @@ run, see ``second_opinion``) can see and do:
   capped by a ``pids`` cgroup when the machine offers a writable one, else by RLIMIT_NPROC
   (which Linux does not apply to root: then there is no process cap, and the grader logs it).
 
-``SandboxedKernelManager`` is the jupyter_client kernel manager that nbgrader's executor uses
-(``FairExecute.kernel_manager_class``); it finds the student from the kernel's working folder,
-``<course>/autograded/<student>/<assignment>``. By default a kernel is forked by the student's
-``KernelZygote`` (one sandbox per student, torch imported once, the whole ``autograded/<student>/``
-writable, emptied between notebooks); otherwise each kernel gets a sandbox of its own.
+The grading kernels in these sandboxes (the kernel manager nbgrader's executor uses, and the
+student's kernel zygote) are in ``grading_kernels``.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import importlib.util
 import logging
@@ -41,17 +37,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-
-from jupyter_client.manager import AsyncKernelManager
-from traitlets import Bool
-
-from .guard import installed_package_dir
 
 LOG = logging.getLogger(__name__)
 BWRAP = "bwrap"
@@ -117,6 +107,12 @@ def python_runtime_dirs() -> list[Path]:
     """The interpreter, its standard library and the virtual environment (read-only in the sandbox)."""
     dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.exec_prefix).resolve()}
     return sorted(dirs)
+
+
+def installed_package_dir() -> Path:
+    from .guard import installed_package_dir as where  # nbgrader comes with guard: imported when needed
+
+    return where()
 
 
 def course_data_dirs() -> list[Path]:
@@ -207,6 +203,10 @@ def bwrap_args(
         "--setenv", "MPLCONFIGDIR", "/tmp/home/.matplotlib",
         "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp/home/runtime",
         "--setenv", "TRITON_CACHE_DIR", "/tmp/home/.triton",
+        # One compute thread per process: the kernel's run and the clean run already share the
+        # cores, and torch's OpenMP threads spin when oversubscribed (a 0.4 s check took 5 s).
+        "--setenv", "OMP_NUM_THREADS", "1",
+        "--setenv", "MKL_NUM_THREADS", "1",
         "--chdir", str(submission.scratch),
         "--remount-ro", "/",  # the sandbox's own root: no writes outside the binds and /tmp
     ]  # fmt: skip
@@ -411,193 +411,3 @@ def install_signal_cleanup() -> None:
                 signal.signal(signum, _close_all_and_die)
             except ValueError:  # not the main thread
                 pass
-
-
-def pristine_copies() -> list[Path]:
-    """The folder of the guard's verified copies of the package (this notebook's and later ones')."""
-    from .guard import snapshot_for_this_grading_run
-
-    return [snapshot_for_this_grading_run().copies_folder]
-
-
-HERE = Path(__file__).resolve().parent
-ZYGOTE = HERE / "kernel_zygote.py"
-ZYGOTE_CLIENT = HERE / "zygote_client.py"
-ZYGOTE_START_S = 120.0
-
-
-class ZygoteUnavailable(RuntimeError):
-    """The kernel zygote did not start; the kernel is started the plain way instead."""
-
-
-class KernelZygote:
-    """One student's sandbox with ``kernel_zygote.py`` in it: grading kernels forked, not started.
-
-    The sandbox is the student's: their submitted and autograded folders (the autograded ones
-    writable: each notebook's kernel works in its own, which nbgrader makes when the notebook's
-    turn comes), the folder of the pristine package copies, no network, the limits. Between two
-    kernels the zygote removes what the last one left (processes, /tmp, /dev/shm, IPC), so a
-    kernel starts as in a sandbox of its own, without importing torch again. At most one runs per
-    grader process: the student being graded.
-    """
-
-    def __init__(self, submission: Submission):
-        self.student = (submission.root, submission.student)
-        self.box = Sandbox(
-            submission,
-            readable=[HERE, *pristine_copies()],
-            scratch_writable=False,
-            writable=[submission.root / "autograded" / submission.student],
-        )
-        self.socket = self.box.private / "zygote.sock"
-        self.process = subprocess.Popen(
-            [*self.box.prefix, sys.executable, str(ZYGOTE), str(self.socket)],
-            cwd=submission.scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        _ZYGOTES.append(self)
-        if not self._ready():
-            self.close()
-            raise ZygoteUnavailable("the kernel zygote did not start")
-
-    def _ready(self) -> bool:
-        import select
-
-        deadline = time.monotonic() + ZYGOTE_START_S
-        line = b""
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.process.stdout], [], [], left)[0]:
-                return False
-            chunk = os.read(self.process.stdout.fileno(), 64)
-            if not chunk:
-                return False
-            line += chunk
-        return line.strip() == b"ready"
-
-    def alive(self) -> bool:
-        return self.process.poll() is None and self.socket.exists()
-
-    def wait_clean(self, timeout: float = 30.0) -> None:
-        """Return once the zygote removed what the last kernel left; close the zygote (its whole
-        sandbox) if it does not answer: nothing of one notebook may meet the grader's next step."""
-        import socket
-
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-                connection.settimeout(timeout)
-                connection.connect(str(self.socket))
-                connection.sendall(b'{"clean": true}\n')
-                if connection.recv(64).strip() == b'{"clean": true}':
-                    return
-        except OSError:
-            pass
-        self.close()
-
-    def kernel_command(self, cwd: str, kernel_arguments: list[str]) -> list[str]:
-        """What jupyter_client starts as the kernel process: a stand-in for a forked kernel."""
-        return [sys.executable, str(ZYGOTE_CLIENT), str(self.socket), cwd, *kernel_arguments]
-
-    def close(self) -> None:
-        with contextlib.suppress(ValueError):
-            _ZYGOTES.remove(self)
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        with contextlib.suppress(OSError):
-            self.process.stdout.close()
-        self.box.close()
-
-
-_ZYGOTES: list[KernelZygote] = []  # at most one: the student being graded
-
-
-def zygote_for(submission: Submission) -> KernelZygote:
-    """The running zygote of this submission's student, or a new one (any other is closed)."""
-    while _ZYGOTES:
-        zygote = _ZYGOTES[-1]
-        if zygote.student == (submission.root, submission.student) and zygote.alive():
-            return zygote
-        zygote.close()
-    return KernelZygote(submission)
-
-
-def close_zygotes() -> None:
-    while _ZYGOTES:
-        _ZYGOTES[-1].close()
-
-
-atexit.register(close_zygotes)
-
-
-class SandboxedKernelManager(AsyncKernelManager):
-    """The kernel manager of nbgrader's executor: each grading kernel starts inside a sandbox.
-
-    The kernel listens on Unix sockets in the sandbox's private folder (no network exists
-    inside), and is interrupted by a control message (a signal would reach bubblewrap, not the
-    kernel). By default the kernel is forked by the student's ``KernelZygote`` (torch already
-    imported); with ``use_zygote = False``, or where the zygote cannot start, it is started in a
-    sandbox of its own. With ``--no-sandbox-UNSAFE`` it is nbgrader's plain AsyncKernelManager.
-    """
-
-    use_zygote = Bool(
-        True, help="Fork grading kernels from one sandboxed process per student that imported torch once."
-    ).tag(config=True)
-
-    sandbox: Sandbox | None = None
-    zygote: KernelZygote | None = None
-
-    async def _async_pre_start_kernel(self, **kwargs):
-        if not sandbox_disabled() and self.sandbox is None and self.zygote is None:
-            install_signal_cleanup()
-            submission = Submission.from_working_dir(kwargs.get("cwd") or os.getcwd())
-            self.transport = "ipc"
-            if self.use_zygote and threading.current_thread() is threading.main_thread():
-                try:
-                    self.zygote = zygote_for(submission)
-                except (ZygoteUnavailable, OSError) as error:
-                    LOG.warning("starting the grading kernel without the zygote: %s", error)
-            if self.zygote is not None:
-                private = self.zygote.box.private
-                name = f"kernel-{uuid.uuid4().hex[:8]}"
-                self.ip = str(private / name)
-                self.connection_file = str(private / f"{name}.json")
-                self._zygote_cwd = str(submission.scratch)
-            else:
-                self.sandbox = Sandbox(submission, readable=pristine_copies())
-                self.ip = str(self.sandbox.private / "kernel")
-                self.connection_file = str(self.sandbox.private / "connection.json")
-        return await super()._async_pre_start_kernel(**kwargs)
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        command = super().format_kernel_cmd(extra_arguments)
-        if self.zygote is None and self.sandbox is None:
-            return command
-        self.kernel_spec.interrupt_mode = "message"
-        if self.zygote is not None:
-            # [python, -m, ipykernel_launcher, -f, CONNECTION, ...]: the zygote runs ipykernel itself
-            launcher = command.index("ipykernel_launcher")
-            return self.zygote.kernel_command(self._zygote_cwd, command[launcher + 1 :])
-        return [*self.sandbox.prefix, *command]
-
-    async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        try:
-            await super()._async_cleanup_resources(restart=restart)
-        finally:  # a kernel that died can make the cleanup above raise: the sandbox goes anyway
-            if self.sandbox is not None and not restart:
-                self.sandbox.close()
-                self.sandbox = None
-            if self.zygote is not None and not restart:
-                self.zygote.wait_clean()  # the student's zygote lives on for their next notebook
-                self.zygote = None
-
-    def __del__(self) -> None:
-        # A manager dropped without a cleanup (its kernel died, nbclient gave up on it).
-        box = getattr(self, "sandbox", None)
-        if box is not None:
-            box.close()
-        parent = getattr(super(), "__del__", None)
-        if parent is not None:
-            parent()
