@@ -469,6 +469,31 @@ def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how
     assert any("read the values of a tensor the check gave its launcher" in f for f in verdict["flags"]), verdict
 
 
+PRINTED_ANSWER = """\
+    torch.set_printoptions(precision=10, threshold=1_000_000, linewidth=1_000_000)
+    text = repr(x).removeprefix("tensor([").split("]")[0]
+    answer = torch.tensor([float(v) * factor for v in text.split(",")], dtype=x.dtype)"""
+
+
+@needs_bwrap
+def test_an_answer_read_back_from_printed_text_fails_the_clean_run(tmp_path):
+    """The one read the watch allows (printing, for debug prints) prints a placeholder there."""
+    from autograde_helpers import second_opinion
+
+    assignment = "06_triton_warmup"
+    notebook = _warmup_submission()
+    cell = next(c for c in notebook.cells if "def scale(" in c.source)
+    copying_launch = "    scale_kernel[(triton.cdiv(n, block),)](answer, out, n, 1.0, BLOCK=block)"
+    cell.source = cell.source.replace(HONEST_LAUNCH, PRINTED_ANSWER + "\n" + copying_launch)
+    submission = _student_course(tmp_path, assignment=assignment, notebook=notebook)
+    notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
+    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
+    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
+    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    assert verdict["passed"] is False, verdict
+    assert "ValueError" in verdict["message"], verdict  # the placeholder is no list of numbers
+
+
 # --- sandbox leftovers when a grader or its kernel is killed (issue 12 e) ------------------------
 
 GRADER_THAT_GETS_KILLED = """

@@ -89,3 +89,16 @@ def test_nothing_is_marked_outside_a_launcher_call():
     with Reads() as reads:
         k_pool.tolist()
     assert reads.names == []
+
+
+def test_a_marked_input_prints_as_a_placeholder_in_the_clean_run():
+    """Printed text could be read back to every digit: where the clean run prints a marked input
+    for student code, the text is a placeholder (its output goes nowhere anyway)."""
+    from paged_helpers.checks.launcher_reads import PLACEHOLDER, printed_text
+
+    q, k_pool, v_pool, tables, lengths = _inputs()
+    with launcher_inputs((q, k_pool, v_pool, tables, lengths)):
+        assert printed_text(torch.Tensor.__repr__, (k_pool,)) == PLACEHOLDER
+        assert printed_text(torch.Tensor.__format__, (v_pool[0], "")) == PLACEHOLDER  # a view of it
+        assert printed_text(torch.Tensor.__repr__, (tables,)) is None  # integer inputs print as usual
+    assert printed_text(torch.Tensor.__repr__, (k_pool,)) is None

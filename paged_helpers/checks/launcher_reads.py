@@ -36,6 +36,11 @@ METADATA = frozenset(
         "__repr__", "__str__", "__format__",
     }
 )  # fmt: skip
+# How a tensor is printed. A learner's debug print is no answer, but the printed text can be read
+# back (with torch.set_printoptions raised, to every digit): the clean run, where printed text goes
+# nowhere, hands student code a placeholder instead (``printed_text``).
+PRINTING = frozenset({"__repr__", "__str__", "__format__"})
+PLACEHOLDER = "<a tensor the check gave your launcher; its values are printed in your notebook only>"
 # Copies that keep the values (another layout, dtype or device): allowed, and the copy is marked in
 # its turn, so reading values from it later is seen.
 COPIES = frozenset({"contiguous", "reshape", "flatten", "clone", "to", "float", "half", "type", "cpu", "cuda"})
@@ -93,3 +98,11 @@ def reads_values(func, args: tuple, kwargs: dict | None, result: object) -> bool
         _MARKED.set((*marked, _span(result)))
         return False
     return True
+
+
+def printed_text(func, args: tuple) -> str | None:
+    """The placeholder to print instead of a marked input (None: print it as usual)."""
+    marked = _MARKED.get()
+    if marked and getattr(func, "__name__", "") in PRINTING and args and _in_marked_memory(args[0], marked):
+        return PLACEHOLDER
+    return None
