@@ -619,3 +619,19 @@ def test_a_failure_caught_by_the_learners_code_still_fails(right, failing_messag
     )
     message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), wrong, cache, prefix)
     assert "admission order" in message and "front of `waiting`" in message, message
+
+
+def test_an_engine_that_swaps_in_a_cache_of_its_own_is_refused(right, failing_message):
+    """The rules read the pool through engine.cache: an engine that serves from a cache of its own
+    (one the check does not watch, where its leaks would not show) fails, naming engine.cache."""
+    engine, cache, prefix = right
+
+    def __init__(self, model, given_cache, prefix_cache, **options):
+        engine.__init__(self, model, given_cache, prefix_cache, **options)
+        own = cache.__new__(cache)  # the notebook's cache class, not the check's watched subclass
+        own.__dict__.update(given_cache.__dict__)
+        self.cache = own
+
+    swapping = type("swapping", (engine,), {"__init__": __init__})
+    message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), swapping, cache, prefix)
+    assert "engine.cache and engine.prefix_cache" in message and "another object in their place" in message, message

@@ -55,7 +55,7 @@ def build(engine_class, cache_class, prefix_class, watch, num_blocks, block_size
         chunk_size=chunk_size,
         max_step_tokens=max_step_tokens,
     )
-    watch.engine = engine
+    watch.engine, watch.parts = engine, (cache, prefix)
     return engine, cache, prefix
 
 
@@ -81,10 +81,27 @@ class Watch:
         self.kept: list | None = None
         self.phases: list[str] = []
         self.engine = None  # set by build()
+        self.parts: tuple = ()  # (cache, prefix cache) the check built the engine with, set by build()
         self.failure: CheckFailed | None = None  # the first failure, kept should the learner's code catch it
 
     def where(self) -> str:
         return f"{self.scenario}, step {self.step}"
+
+
+def _expect_own_parts(engine, watch: Watch) -> None:
+    """The rules read the pool through ``engine.cache``: it must be the cache the check built (and
+    watches), as must ``engine.prefix_cache``, not another object of the learner's."""
+    if not watch.parts:
+        return
+    cache, prefix = watch.parts
+    if engine.cache is not cache or engine.prefix_cache is not prefix:
+        fail(
+            watch.where(),
+            "engine.cache and engine.prefix_cache: the cache and prefix cache the engine was built with",
+            "another object in their place",
+            "keep the cache and the prefix cache the constructor received (self.cache = cache, "
+            "self.prefix_cache = prefix_cache); the engine works through them, it never replaces them",
+        )
 
 
 def _kept_failure(watch: Watch, method):
@@ -185,13 +202,16 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             watch.engine = self
             watch.phases, watch.kept = [], None
             watch.step_writes.clear()
+            _expect_own_parts(self, watch)
             # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
             finished = rules.step_outputs(super().step(), watch.where())
+            _expect_own_parts(self, watch)
             _expect_step(self, watch)
             watch.step += 1
             return finished
 
         def _admit(self):
+            _expect_own_parts(self, watch)
             before = rules.Before.of(self, watch.where())
             watch.phases.append("_admit")
             result = super()._admit()
@@ -199,6 +219,7 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             return result
 
         def _plan(self):
+            _expect_own_parts(self, watch)
             watch.phases.append("_plan")
             state = rules.PlanState.of(self, watch.where())
             plan = super()._plan()
@@ -207,6 +228,7 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             return plan
 
         def _reserve(self, plan):
+            _expect_own_parts(self, watch)
             watch.phases.append("_reserve")
             watch.reservation = rules.Reservation(self, plan, watch.where())
             try:
