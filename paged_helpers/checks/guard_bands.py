@@ -1,5 +1,9 @@
-"""Guard bands around the tensors a learner's launcher allocates: proof that a kernel writes only
-where it should.
+"""Guard bands: proof that a kernel reads and writes only where it should.
+
+Two kinds, one sentinel. ``Guarded``: a buffer the check hands the kernel (notebook 06), the
+tensor inside a flat buffer with ``GUARD`` elements of a fill on each side (poison around an
+input, the sentinel around an output) and, for 2-D tensors, padding columns past each row.
+``guarded_allocations``: the tensors the learner's launcher allocates itself (07, 09).
 
 A store without its mask (the rows of a prefill tile past the last new token, say) writes past
 the end of the output. In Triton's interpreter that may crash the process, or may not; on a GPU
@@ -21,11 +25,57 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["SENTINEL", "Allocation", "Allocations", "guarded_allocations"]
+from ..device import DEVICE
 
-# Exactly representable in float16, bfloat16, float32 and the integer types; unlikely as a result.
+__all__ = ["GUARD", "SENTINEL", "Allocation", "Allocations", "Guarded", "guarded_allocations"]
+
+# What an output holds where the kernel must not (or did not) write: exactly representable in
+# float16, bfloat16, float32 and the integer types; unlikely as a result.
 SENTINEL = 1234.0
+GUARD = 8  # poisoned or sentinel elements on each side of a buffer the check hands the kernel
 _MIN_BAND = 256  # elements; at least as large as the tensor itself, rounded to 64 (256 bytes for fp32)
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A tensor the learner sees (``inner``) inside a flat buffer with ``GUARD`` elements each side.
+
+    2-D tensors are laid out with ``row_stride`` >= their row length; the extra columns belong to
+    the buffer, not to the tensor, and hold the same fill as the guard bands.
+    """
+
+    buffer: torch.Tensor  # [GUARD + rows * row_stride + GUARD], flat
+    shape: tuple[int, ...]
+    row_stride: int
+
+    @classmethod
+    def around(cls, values: torch.Tensor, fill: float, extra_columns: int = 0) -> Guarded:
+        rows, columns = (1, values.shape[0]) if values.dim() == 1 else values.shape
+        row_stride = columns + extra_columns
+        buffer = torch.full((GUARD + rows * row_stride + GUARD,), fill, dtype=values.dtype)
+        grid = buffer[GUARD : GUARD + rows * row_stride].view(rows, row_stride)  # [rows, row_stride]
+        grid[:, :columns] = values.reshape(rows, columns)
+        return cls(buffer.to(DEVICE), tuple(values.shape), row_stride)
+
+    @property
+    def inner(self) -> torch.Tensor:
+        if len(self.shape) == 1:
+            return self.buffer[GUARD : GUARD + self.shape[0]]
+        rows, columns = self.shape
+        return self.buffer[GUARD : GUARD + rows * self.row_stride].view(rows, self.row_stride)[:, :columns]
+
+    def inner_of(self, buffer_after: torch.Tensor) -> torch.Tensor:
+        """The tensor's elements in ``buffer_after`` (the buffer as the kernel left it)."""
+        return Guarded(buffer_after, self.shape, self.row_stride).inner
+
+    def outside_writes(self, buffer_after: torch.Tensor, fill: float) -> list[int]:
+        """Offsets (relative to the tensor's first element) outside the tensor that no longer hold ``fill``."""
+        inside = torch.zeros_like(buffer_after, dtype=torch.bool)
+        rows = 1 if len(self.shape) == 1 else self.shape[0]
+        columns = self.shape[-1]
+        inside[GUARD : GUARD + rows * self.row_stride].view(rows, self.row_stride)[:, :columns] = True
+        changed = (buffer_after != fill) & ~inside
+        return [int(i) - GUARD for i in torch.nonzero(changed).flatten()]
 
 
 @dataclass

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from ..device import DEVICE
+from .guard_bands import SENTINEL, Guarded
 from .isolated import Outcome, run_isolated
 from .launcher_reads import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
@@ -33,55 +33,8 @@ from .strict import genuine_triton_kernel, strict_allclose
 
 __all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
 
-GUARD = 8  # poisoned or sentinel elements on each side of every buffer
-SENTINEL = -7777.0  # what an output holds where the kernel must not (or did not) write
 TIME_LIMIT_S = 15.0
 ATOL = RTOL = 1e-5
-
-
-# --------------------------------------------------------------------------- guarded buffers
-
-
-@dataclass(frozen=True)
-class Guarded:
-    """A tensor the learner sees (``inner``) inside a flat buffer with ``GUARD`` elements each side.
-
-    2-D tensors are laid out with ``row_stride`` >= their row length; the extra columns belong to
-    the buffer, not to the tensor, and hold the same fill as the guard bands.
-    """
-
-    buffer: torch.Tensor  # [GUARD + rows * row_stride + GUARD], flat
-    shape: tuple[int, ...]
-    row_stride: int
-
-    @classmethod
-    def around(cls, values: torch.Tensor, fill: float, extra_columns: int = 0) -> Guarded:
-        rows, columns = (1, values.shape[0]) if values.dim() == 1 else values.shape
-        row_stride = columns + extra_columns
-        buffer = torch.full((GUARD + rows * row_stride + GUARD,), fill, dtype=values.dtype)
-        grid = buffer[GUARD : GUARD + rows * row_stride].view(rows, row_stride)  # [rows, row_stride]
-        grid[:, :columns] = values.reshape(rows, columns)
-        return cls(buffer.to(DEVICE), tuple(values.shape), row_stride)
-
-    @property
-    def inner(self) -> torch.Tensor:
-        if len(self.shape) == 1:
-            return self.buffer[GUARD : GUARD + self.shape[0]]
-        rows, columns = self.shape
-        return self.buffer[GUARD : GUARD + rows * self.row_stride].view(rows, self.row_stride)[:, :columns]
-
-    def inner_of(self, buffer_after: torch.Tensor) -> torch.Tensor:
-        """The tensor's elements in ``buffer_after`` (the buffer as the kernel left it)."""
-        return Guarded(buffer_after, self.shape, self.row_stride).inner
-
-    def outside_writes(self, buffer_after: torch.Tensor, fill: float) -> list[int]:
-        """Offsets (relative to the tensor's first element) outside the tensor that no longer hold ``fill``."""
-        inside = torch.zeros_like(buffer_after, dtype=torch.bool)
-        rows = 1 if len(self.shape) == 1 else self.shape[0]
-        columns = self.shape[-1]
-        inside[GUARD : GUARD + rows * self.row_stride].view(rows, self.row_stride)[:, :columns] = True
-        changed = (buffer_after != fill) & ~inside
-        return [int(i) - GUARD for i in torch.nonzero(changed).flatten()]
 
 
 def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...]) -> Callable[[], tuple]:
