@@ -13,6 +13,7 @@ import pytest
 from paged_helpers.checks import NotImplementedYet, check_block_allocator
 
 from conftest import solution
+from lying_values import EqualsAnything
 from student_release import release_definition
 
 NOTEBOOK = "02_block_allocator"
@@ -196,36 +197,26 @@ def test_the_solution_refuses_bad_input_without_losing_anything(right):
 # --------------------------------------------------------------------------- issue 12: strict values, hidden kinds
 
 
-class _AlwaysEqual(int):
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = int.__hash__
-
-
 def test_values_that_equal_everything_are_refused(right):
     class FakeCount(right):
         @property
         def num_free(self):
-            return _AlwaysEqual(0)
+            return EqualsAnything(0)
 
     class FakeRefs(right):
         def __init__(self, num_blocks):
             super().__init__(num_blocks)
-            self.refs = [_AlwaysEqual(0)] * num_blocks
+            self.refs = [EqualsAnything(0)] * num_blocks
 
     for wrong, name in ((FakeCount, "num_free"), (FakeRefs, "refs")):
-        with pytest.raises(AssertionError, match=rf"(?s){name}.*a value of type .*_AlwaysEqual"):
+        with pytest.raises(AssertionError, match=rf"(?s){name}.*a value of type .*EqualsAnything"):
             check_block_allocator(wrong)
 
 
 def test_an_allocate_returning_an_odd_int_is_refused(right):
     class OddBlock(right):
         def allocate(self):
-            return _AlwaysEqual(super().allocate())
+            return EqualsAnything(super().allocate())
 
     with pytest.raises(AssertionError, match="int subclass"):
         check_block_allocator(OddBlock)

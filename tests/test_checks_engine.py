@@ -14,6 +14,7 @@ from paged_helpers.checks import NotImplementedYet, check_engine
 from paged_helpers.serving import Sequence, sample_seed
 
 from conftest import solution
+from lying_values import EqualsAnything, SaysEqual
 from student_release import release_definition
 
 NOTEBOOK = "08_continuous_batching"
@@ -512,30 +513,6 @@ def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
 
 
 # ---------------------------------------------------------------- values that lie: read strictly
-
-
-class EqualsAnything(int):
-    """An int that says it equals anything (and differs from nothing)."""
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = int.__hash__
-
-
-class SaysEqual(list):
-    """A list that says it equals anything."""
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = None
 
 
 class LyingRefs(list):

@@ -22,6 +22,7 @@ from paged_helpers.checks import (
 from paged_helpers.serving import Sequence
 
 from conftest import solution
+from lying_values import EqualsAnything
 from student_release import release_definition
 
 STAGES = {
@@ -283,7 +284,7 @@ def _admit_forgetting_the_hit(self):
         if self.running and not self._make_room(wanted):
             self.cache.free(seq.seq_id)
             break
-        seq.num_cached = wrong_engines.EqualsAnything(0)  # forgot: = reused
+        seq.num_cached = EqualsAnything(0)  # forgot: = reused
         self.waiting.popleft()
         self.running.append(seq)
         self.metrics.record_admission(seq, seq.num_cached)

@@ -12,6 +12,7 @@ import pytest
 from paged_helpers.checks import NotImplementedYet, check_cache_aware_order, check_radix_cache
 
 from conftest import solution
+from lying_values import EqualsAnything
 from student_release import release_definition
 
 NOTEBOOK = "10_radix_cache"
@@ -289,15 +290,6 @@ def test_release_says_not_implemented_yet(tmp_path, right):
 def test_the_tree_is_read_strictly(right, failing_message, monkeypatch):
     """A lock that is never released, hidden behind a lock_count that says it equals anything: the
     check reads the tree's counts, tokens and blocks as plain values and refuses it, naming it."""
-
-    class EqualsAnything(int):
-        def __eq__(self, other):
-            return True
-
-        def __ne__(self, other):
-            return False
-
-        __hash__ = int.__hash__
 
     namespace = right[0].__init__.__globals__  # the notebook's module: where insert and split make nodes
 

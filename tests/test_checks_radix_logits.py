@@ -10,6 +10,7 @@ import test_checks_radix as structural
 from paged_helpers.checks import NotImplementedYet, check_radix_logits
 
 from conftest import solution
+from lying_values import SaysEqual
 from student_release import release_definition
 
 NOTEBOOK = "10_radix_cache"
@@ -108,12 +109,6 @@ def test_release_says_not_implemented_yet(tmp_path, right):
 
 def test_the_pool_is_read_strictly(right, failing_message):
     """The check reads refcounts as plain ints: a list that says it equals anything is refused, not trusted."""
-
-    class SaysEqual(list):
-        def __eq__(self, other):
-            return True
-
-        __hash__ = None
 
     class Sneaky(right[1]):
         def __init__(self, *args, **kwargs):

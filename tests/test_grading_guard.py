@@ -448,9 +448,9 @@ COPIED_ANSWERS = {
 }
 
 
-@needs_bwrap
-@pytest.mark.parametrize("how", sorted(COPIED_ANSWERS))
-def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how):
+def _clean_run_of_a_copied_answer(tmp_path, make_answer: str) -> dict:
+    """The clean run's verdict on notebook 06's scale launcher, its launch replaced by ``make_answer``
+    (lines that compute ``answer`` in Python) and a launch of the scale kernel with factor 1 (a copy)."""
     from autograde_helpers import second_opinion
 
     assignment = "06_triton_warmup"
@@ -458,12 +458,18 @@ def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how
     cell = next(c for c in notebook.cells if "def scale(" in c.source)
     assert HONEST_LAUNCH in cell.source
     copying_launch = "    scale_kernel[(triton.cdiv(n, block),)](answer, out, n, 1.0, BLOCK=block)"
-    cell.source = cell.source.replace(HONEST_LAUNCH, COPIED_ANSWERS[how] + "\n" + copying_launch)
+    cell.source = cell.source.replace(HONEST_LAUNCH, make_answer + "\n" + copying_launch)
     submission = _student_course(tmp_path, assignment=assignment, notebook=notebook)
     notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
     calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
     spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
-    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    return second_opinion.run_runner(submission, spec, budget=400)["t"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", sorted(COPIED_ANSWERS))
+def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how):
+    verdict = _clean_run_of_a_copied_answer(tmp_path, COPIED_ANSWERS[how])
     assert verdict["passed"] is False, verdict
     assert verdict["message"] == "", "the check itself passes it: only the clean run's watch can tell"
     assert any("read the values of a tensor the check gave its launcher" in f for f in verdict["flags"]), verdict
@@ -478,18 +484,7 @@ PRINTED_ANSWER = """\
 @needs_bwrap
 def test_an_answer_read_back_from_printed_text_fails_the_clean_run(tmp_path):
     """The one read the watch allows (printing, for debug prints) prints a placeholder there."""
-    from autograde_helpers import second_opinion
-
-    assignment = "06_triton_warmup"
-    notebook = _warmup_submission()
-    cell = next(c for c in notebook.cells if "def scale(" in c.source)
-    copying_launch = "    scale_kernel[(triton.cdiv(n, block),)](answer, out, n, 1.0, BLOCK=block)"
-    cell.source = cell.source.replace(HONEST_LAUNCH, PRINTED_ANSWER + "\n" + copying_launch)
-    submission = _student_course(tmp_path, assignment=assignment, notebook=notebook)
-    notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
-    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
-    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
-    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    verdict = _clean_run_of_a_copied_answer(tmp_path, PRINTED_ANSWER)
     assert verdict["passed"] is False, verdict
     assert "ValueError" in verdict["message"], verdict  # the placeholder is no list of numbers
 
