@@ -635,7 +635,7 @@ print("PROCESSES", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
 def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path, monkeypatch):
     """Two notebooks of one student: both kernels come from the student's zygote (torch imported
     before any cell ran), and the second finds nothing the first left: no file in /tmp or
-    /dev/shm, no process it started."""
+    /dev/shm, no process it started; and no kernel can reach the zygote's control socket."""
     import asyncio
 
     from autograde_helpers import grading_kernels
@@ -646,9 +646,10 @@ def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path,
     monkeypatch.setattr(grading_kernels, "pristine_copies", lambda: [])
     try:
         before = asyncio.run(_run_in_kernel(grading_kernels, first.scratch, LEAVE_THINGS_BEHIND)).split()
-        after = asyncio.run(_run_in_kernel(grading_kernels, second, LOOK_FOR_THEM)).split()
         (zygote,) = grading_kernels._ZYGOTES
         private = zygote.box.private
+        control = f"\nprint('CONTROL', os.path.exists({str(zygote.socket)!r}), os.path.exists({str(zygote.control)!r}))"
+        after = asyncio.run(_run_in_kernel(grading_kernels, second, LOOK_FOR_THEM + control)).split()
     finally:
         grading_kernels.close_zygotes()
     assert before[0] == "ZYGOTE" and before[4:6] == ["TORCH", "True"], before
@@ -657,6 +658,7 @@ def test_one_students_kernels_are_forked_by_one_zygote_and_start_clean(tmp_path,
     assert after[after.index("PLANTED") + 1 : after.index("PLANTED") + 3] == ["False", "False"], after
     processes = " ".join(after[after.index("PROCESSES") + 1 :])
     assert before[3] not in processes.strip("[]").replace(",", " ").split(), "the sleeper was killed"
+    assert after[after.index("CONTROL") + 1 :] == ["False", "False"], "the zygote's control socket is out of reach"
     assert not private.exists(), "closing the zygote removes its sandbox"
 
 

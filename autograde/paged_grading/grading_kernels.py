@@ -14,8 +14,11 @@ import atexit
 import contextlib
 import logging
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -24,7 +27,7 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool
 
-from .sandbox import Sandbox, Submission, install_signal_cleanup, sandbox_disabled
+from .sandbox import PRIVATE_PREFIX, Sandbox, Submission, install_signal_cleanup, owner_tag, sandbox_disabled
 
 LOG = logging.getLogger(__name__)
 
@@ -65,14 +68,20 @@ class KernelZygote:
             scratch_writable=False,
             writable=[submission.root / "autograded" / submission.student],
         )
-        self.socket = self.box.private / "zygote.sock"
-        self.process = subprocess.Popen(
-            [*self.box.prefix, sys.executable, str(ZYGOTE), str(self.socket)],
-            cwd=submission.scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        # The control socket lives outside the sandbox; the zygote inherits the listening end.
+        self.control = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-"))
+        self.socket = self.control / "zygote.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(self.socket))
+            listener.listen(8)
+            self.process = subprocess.Popen(
+                [*self.box.prefix, sys.executable, str(ZYGOTE), str(listener.fileno())],
+                cwd=submission.scratch,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(listener.fileno(),),
+            )
         _ZYGOTES.append(self)
         if not self._ready():
             self.close()
@@ -99,8 +108,6 @@ class KernelZygote:
     def wait_clean(self, timeout: float = 30.0) -> None:
         """Return once the zygote removed what the last kernel left; close the zygote (its whole
         sandbox) if it does not answer: nothing of one notebook may meet the grader's next step."""
-        import socket
-
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
                 connection.settimeout(timeout)
@@ -125,6 +132,7 @@ class KernelZygote:
         with contextlib.suppress(OSError):
             self.process.stdout.close()
         self.box.close()
+        shutil.rmtree(self.control, ignore_errors=True)
 
 
 _ZYGOTES: list[KernelZygote] = []  # at most one: the student being graded

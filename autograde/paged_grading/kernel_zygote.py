@@ -1,12 +1,14 @@
 """A forking server of grading kernels: runs INSIDE one student's sandbox (see ``grading_kernels.KernelZygote``).
 
-    python kernel_zygote.py SOCKET      (prints "ready" once it listens on the Unix socket SOCKET)
+    python kernel_zygote.py FD      (FD: a listening Unix socket the grader made; prints "ready")
 
 Every notebook is graded in a fresh kernel, and most of a fresh kernel's start-up is importing
 torch (about 1.5 s of a core, once per notebook). This process imports what every grading kernel
 imports first (torch, numpy, ipykernel) once per student, runs no student code, and forks a
 kernel per request:
 
+* the listening socket is the grader's, inherited: its file lies in a folder of the grader's that
+  the sandbox does not contain, so no kernel can replace it, reach it, or answer in its place;
 * a request is one JSON line on a new connection: ``{"cwd": the notebook's autograde folder,
   "argv": ipykernel's arguments (the connection file, ...)}``; the answer is ``{"pid": ...}``;
 * as soon as a kernel ends, whatever it left is removed (``sandbox_inside``): its processes,
@@ -118,18 +120,19 @@ def _import_what_every_kernel_imports() -> None:
     import torch  # noqa: F401
 
 
-def main(socket_path: str) -> int:
+def main(listener_fd: int) -> int:
     sandbox_inside.non_dumpable()
     _import_what_every_kernel_imports()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(1)
+    listener = socket.socket(fileno=listener_fd)
     print("ready", flush=True)
     while True:
         connection, _ = listener.accept()
         with connection:
-            _serve_one(connection, listener)
+            try:
+                _serve_one(connection, listener)
+            except OSError:  # the other end went away mid-answer: the kernel, if any, is gone too
+                pass
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main(int(sys.argv[1])))

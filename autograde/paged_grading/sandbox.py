@@ -227,7 +227,7 @@ def prlimit_args(limits: Limits, with_nproc: bool) -> list[str]:
     return args + ["--"]
 
 
-def _owner_tag() -> str:
+def owner_tag() -> str:
     """``<pid>.<start time>`` of this process: who made a sandbox folder or cgroup (see ``sweep``)."""
     return f"{os.getpid()}.{_start_time(os.getpid())}"
 
@@ -292,7 +292,7 @@ class PidsCgroup:
             if (base / "cgroup.procs").exists() and (
                 base.name == "pids" or "pids" in _read(base / "cgroup.subtree_control")
             ):
-                path = base / f"{CGROUP_PREFIX}{_owner_tag()}-{uuid.uuid4().hex[:12]}"
+                path = base / f"{CGROUP_PREFIX}{owner_tag()}-{uuid.uuid4().hex[:12]}"
                 try:
                     path.mkdir()
                     (path / "pids.max").write_text(str(limit))
@@ -357,7 +357,7 @@ class Sandbox:
         swept = sweep()
         if swept:
             LOG.info("removed %d sandbox folder(s)/cgroup(s) left by graders that died", len(swept))
-        self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{_owner_tag()}-"))
+        self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-"))
         self.cgroup = PidsCgroup(limits.processes)
         _OPEN.add(self)
         if self.cgroup.path is None and os.geteuid() == 0:
