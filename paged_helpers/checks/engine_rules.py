@@ -216,10 +216,10 @@ def names(seqs, scenario: str = "") -> list:
     return [seq_id(seq, scenario) for seq in seqs]
 
 
-def blocks_to_come(cache, seq) -> int:
+def blocks_to_come(cache, seq, scenario: str = "") -> int:
     """Blocks seq must still allocate to hold every token it knows (0 for a sequence not in the cache)."""
-    table = tables(cache).get(seq_id(seq), [])
-    needed = learner_int(cache.blocks_needed(len(tokens(seq))), "what cache.blocks_needed returned")
+    table = tables(cache, scenario).get(seq_id(seq, scenario), [])
+    needed = learner_int(cache.blocks_needed(len(tokens(seq, scenario))), "what cache.blocks_needed returned", scenario)
     return max(0, needed - len(table))
 
 
@@ -299,7 +299,7 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
             )
     forced = 1 if not before.running else 0
     if count > forced:
-        promised = sum(blocks_to_come(cache, seq) for seq in running if prefilling(seq, scenario))
+        promised = sum(blocks_to_come(cache, seq, scenario) for seq in running if prefilling(seq, scenario))
         spare = len(pool_refs(cache, scenario)) // 100
         free = num_free(cache, scenario)
         if promised + spare > free:

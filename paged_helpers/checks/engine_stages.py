@@ -293,7 +293,9 @@ def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks,
     kept = call_learner("_reserve(plan)", engine._reserve, plan, scenario=scenario)  # watched: applies the rules
     for seq, count in rules.plan_of(kept, "what _reserve returned", scenario):
         sid = rules.seq_id(seq, scenario)
-        missing = learner_int(cache.blocks_to_add(sid, count), f"what cache.blocks_to_add({sid!r}, {count}) returned")
+        missing = learner_int(
+            cache.blocks_to_add(sid, count), f"what cache.blocks_to_add({sid!r}, {count}) returned", scenario
+        )
         if missing:
             fail(
                 f"{scenario}: after _reserve, chunk ({sid!r}, {count})",
@@ -437,7 +439,7 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
     pool = rules.pool_refs(cache, scenario)
     refs = [pool[block] for block in table]
     forked = rules.fields(parent, ["forked"], scenario)["forked"]
-    if refs != [n] * len(table) or not forked:
+    if refs != [n] * len(table) or forked is not True:  # "(missing)" is no fork
         fail(
             f"{scenario}: the prompt's blocks after the fork",
             f"reference count {n} on each of {table} (parent + {n - 1} samples), parent.forked True",
