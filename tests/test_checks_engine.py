@@ -506,7 +506,7 @@ def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
     from paged_helpers.checks import engine_rules
 
     engine, cache, prefix = right
-    monkeypatch.setattr(engine_rules, "blocks_to_come", lambda cache, seq: 0)  # the room rule sees no need
+    monkeypatch.setattr(engine_rules, "blocks_to_come", lambda cache, seq, scenario="": 0)  # the room rule sees no need
     wrong = type("admits_without_room", (engine,), WRONG["admits_without_room"])
     message = failing_message(lambda *impl: check_engine(*impl, parts="preemption"), wrong, cache, prefix)
     assert "at most 12 (two per request)" in message and "preemptions" in message, message
