@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 # The light modules; those that import nbgrader or nbformat (seconds) are imported by the commands
 # that use them, so that every other command starts at once.
-from paged_grading import collect, coursedb, feedback_files, sandbox, workspace  # noqa: E402
+from paged_grading import collect, course_files, coursedb, feedback_files, integrity, sandbox, workspace  # noqa: E402
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 
@@ -57,8 +57,16 @@ def ensure_config(root: Path) -> None:
         )
 
 
-def nbgrader(root: Path, *args: str, check: bool = True, log: TextIO | None = None) -> int:
-    """Run nbgrader's CLI in ``root``; its output goes to ``log`` when given (parallel workers)."""
+def nbgrader(
+    root: Path, *args: str, check: bool = True, log: TextIO | None = None, files: course_files.CourseFiles | None = None
+) -> int:
+    """Run nbgrader's CLI in ``root``; its output goes to ``log`` when given (parallel workers).
+
+    ``files``: the course's configuration and gradebook are checked before and after the run
+    (``course_files``): nbgrader never starts on a changed configuration or a broken gradebook.
+    """
+    if files is not None:
+        files.check()
     command = [sys.executable, "-m", "nbgrader", *args]
     print("$", "nbgrader", *args, flush=True, file=log or sys.stdout)
     # nbgrader runs `alembic` from PATH: put this Python's bin/ first, activated or not.
@@ -67,6 +75,8 @@ def nbgrader(root: Path, *args: str, check: bool = True, log: TextIO | None = No
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     code = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=log).returncode
+    if files is not None:
+        files.check()
     if check and code:
         raise SystemExit(f"nbgrader {args[0]} failed (exit {code})")
     return code
@@ -245,7 +255,12 @@ def assignment_globs(group: list[str], existing: list[str]) -> list[str]:
 
 
 def _grade_one_student(
-    root: Path, student: str, assignments: list[str], whole_course: bool, part: str = ""
+    root: Path,
+    files: course_files.CourseFiles,
+    student: str,
+    assignments: list[str],
+    whole_course: bool,
+    part: str = "",
 ) -> tuple[str, int, float]:
     """Autograde one student (or ``part`` of its notebooks) in its own nbgrader process; its log goes
     to reports/grading-logs/."""
@@ -263,11 +278,15 @@ def _grade_one_student(
         ids = submitted
     with open(logs / f"{student}{part}.log", "w", encoding="utf-8") as log:
         for assignment in ids:
-            code |= nbgrader(root, "autograde", assignment, "--force", f"--student={student}", check=False, log=log)
+            code |= nbgrader(
+                root, "autograde", assignment, "--force", f"--student={student}", check=False, log=log, files=files
+            )
     return student + part, code, time.perf_counter() - start
 
 
-def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_course: bool) -> list[str]:
+def _grade_in_parallel(
+    args, files: course_files.CourseFiles, students: list[str], assignments: list[str], whole_course: bool
+) -> list[str]:
     """``--jobs N``: N nbgrader processes at a time, one student each, into one server gradebook."""
     url = coursedb.db_url(args.root)
     if not coursedb.allows_concurrent_writers(url):
@@ -291,7 +310,7 @@ def _grade_in_parallel(args, students: list[str], assignments: list[str], whole_
     second_opinion_key(args.root)  # made once, before the workers (each would make its own)
     failed = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        runs = [pool.submit(_grade_one_student, args.root, *unit) for unit in units]
+        runs = [pool.submit(_grade_one_student, args.root, files, *unit) for unit in units]
         for run in as_completed(runs):
             student, code, seconds = run.result()
             print(f"  {student}: {'ok' if code == 0 else 'nbgrader reported errors'} ({seconds:.1f} s)", flush=True)
@@ -336,8 +355,14 @@ def _released(root: Path) -> list[str]:
     return sorted(p.name for p in source.iterdir() if p.is_dir()) if source.exists() else []
 
 
+def _course_files(root: Path) -> course_files.CourseFiles:
+    """The configuration, loaded and checked before any nbgrader step (see course_files)."""
+    return course_files.CourseFiles.of(root, HERE)
+
+
 def cmd_grade(args) -> int:
     sandbox.configure(unsafe=args.no_sandbox_UNSAFE)
+    files = _course_files(args.root)
     released = _released(args.root)
     assignments = _chosen(args.assignments, released)
     everyone = _students(args.root)
@@ -346,7 +371,7 @@ def cmd_grade(args) -> int:
         raise SystemExit(f"no submissions under {args.root / 'submitted'}; run `collect` first")
     whole_course = assignments == released
     if args.jobs > 1:
-        failed = _grade_in_parallel(args, mine, assignments, whole_course)
+        failed = _grade_in_parallel(args, files, mine, assignments, whole_course)
     else:
         selection = []
         if args.student:
@@ -357,12 +382,12 @@ def cmd_grade(args) -> int:
         if whole_course:
             # One nbgrader process for the whole course (saves its start-up per notebook); it takes the
             # submissions in path order, submitted/<student>/<NN_name>: each student's notebooks in course order.
-            code = nbgrader(args.root, "autograde", "*", "--force", *selection, check=False)
+            code = nbgrader(args.root, "autograde", "*", "--force", *selection, check=False, files=files)
             failed = ["some assignments"] if code else []
         else:
             failed = []
             for assignment in assignments:  # in course order: later notebooks load earlier ones
-                if nbgrader(args.root, "autograde", assignment, "--force", *selection, check=False):
+                if nbgrader(args.root, "autograde", assignment, "--force", *selection, check=False, files=files):
                     failed.append(assignment)
     missing = ungraded(args.root, mine, assignments)
     _report_ungraded(args.root, missing)
@@ -372,15 +397,25 @@ def cmd_grade(args) -> int:
 
 
 def cmd_feedback(args) -> int:
+    files = _course_files(args.root)
     graded = sorted({p.name for s in (args.root / "autograded").glob("*") for p in s.iterdir() if p.is_dir()})
     assignments = _chosen(args.assignments, graded)
     selection = [f"--student={args.student}"] if args.student else []
+    # nbgrader's generate_feedback copies every file of autograded/<student>/<assignment>/ with
+    # shutil.copy, which follows links: none may be there when it runs, nor in feedback/ after.
+    for folder in ("autograded", "feedback"):
+        for problem in feedback_files.remove_odd_entries(args.root / folder):
+            integrity.log(problem.ids, "leftover", problem.text, root=args.root)
+            print(f"removed before feedback: {problem.text}")
     failed = []
     for assignment in assignments:
         # nbgrader keeps going past a notebook it cannot convert and exits 1 at the end of the
         # assignment: one broken notebook must not stop the feedback of the other assignments.
-        if nbgrader(args.root, "generate_feedback", assignment, "--force", *selection, check=False):
+        if nbgrader(args.root, "generate_feedback", assignment, "--force", *selection, check=False, files=files):
             failed.append(assignment)
+    for problem in feedback_files.remove_odd_entries(args.root / "feedback"):
+        integrity.log(problem.ids, "leftover", problem.text, root=args.root)
+        print(f"removed from feedback: {problem.text}")
     for problem in feedback_files.enforce_limits(args.root / "feedback"):
         print(f"feedback limit: {problem}")
     missing = [
@@ -404,8 +439,9 @@ def cmd_report(args) -> int:
 
     out = args.root / "reports"
     out.mkdir(exist_ok=True)
+    files = _course_files(args.root)
     url = coursedb.db_url(args.root)
-    nbgrader(args.root, "export", f"--to={out / 'grades.csv'}")
+    nbgrader(args.root, "export", f"--to={out / 'grades.csv'}", files=files)
     students, assignments = _students(args.root), _released(args.root)
     missing = ungraded(args.root, students, assignments)
     _report_ungraded(args.root, missing)
@@ -418,12 +454,13 @@ def cmd_report(args) -> int:
     report.add_status(out / "grades.csv", {**status, **{key: report.NOT_GRADED for key in missing}})
     paths = report.write_report(url, out)
     rates = report.pass_rates(report.autograded_scores(url))
-    print(f"{'assignment':28} {'check':36} pass rate")
-    for row in rates:
-        print(f"{row['assignment']:28} {row['check']:36} {row['passed']}/{row['submissions']}")
-    integrity = out / "integrity.log"
-    if integrity.exists():
-        print(f"integrity warnings (helper package modified during grading): see {integrity}")
+    for line in report.pass_rate_lines(rates):
+        print(line)
+    findings = integrity.summary(args.root / integrity.LOG)
+    if findings:
+        print(f"integrity findings ({args.root / integrity.LOG}), by kind:")
+        for line in findings:
+            print(f"  {line}")
     for path in [out / "grades.csv", *paths.values()]:
         print("wrote", path)
     return 0

@@ -37,6 +37,7 @@ if str(AUTOGRADE) not in sys.path:
 from paged_grading import (  # noqa: E402
     collect,
     coursedb,
+    execute,
     feedback_files,
     grading_kernels,
     guard,
@@ -65,6 +66,7 @@ __all__ = [
     "sandbox",
     "second_opinion",
     "coursedb",
+    "execute",
     "feedback_files",
     "pgserver",
     "sanitize",

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nbformat.v4 import new_code_cell, new_output
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from autograde_helpers import ROOT, guard, kernel_guard, outputs
 
@@ -153,10 +153,16 @@ def test_feedback_shows_the_check_message_only(tmp_path):
             traceback=["\x1b[0;31mTraceback\x1b[0m", "check_block_allocator(BlockAllocator, seed=2026)", "..."],
         )
     ]
-    outputs.StripGuard().preprocess_cell(cell, {}, 0)
+    # A student's cell printing IPython's input history shows the guard's lines (copy path, hash).
+    history = new_code_cell("print(In)")
+    history.outputs = [new_output("stream", name="stdout", text=f"['', {source!r}]\n")]
+    notebook = new_notebook(cells=[cell, history])
+    outputs.StripGuard().preprocess(notebook, {})
     outputs.HideTestTracebacks().preprocess_cell(cell, {}, 0)
     assert cell.source == "check_block_allocator(BlockAllocator)\n"
     assert cell.outputs[0].traceback == ["CheckFailed: two forks share block 3\n  hint: copy before writing"]
+    printed = history.outputs[0].text
+    assert "0" * 64 not in printed and "kernel_guard" not in printed and "[grader's line]" in printed, printed
 
 
 def _fake_guard_root(tmp_path):
@@ -199,16 +205,23 @@ def _student_course(tmp_path, student="alice", assignment="02_block_allocator", 
 
 @needs_bwrap
 def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
+    """Only the student's submission is there; the kernel's autograded folder is a discarded scratch
+    (the real one, with the notebook whose hidden tests nbgrader restored, is never mounted)."""
     from autograde_helpers import sandbox
 
     submission = _student_course(tmp_path)
+    real = submission.scratch / f"{submission.assignment}.ipynb"
+    real.write_text("### BEGIN HIDDEN TESTS\nsecret\n")
+    (submission.root / "submitted" / "alice" / submission.assignment / "notes.txt").write_text("my notes")
     box = sandbox.Sandbox(submission)
     probe = textwrap.dedent(
         f"""
         import os, socket, paged_helpers
         print(sorted(os.listdir({str(submission.root)!r})))
         print(sorted(os.listdir({str(submission.root / "submitted")!r})))
+        print(sorted(os.listdir(".")), open("notes.txt").read())
         open("scratch.txt", "w").write("mine")
+        os.symlink({str(submission.root / "gradebook.db")!r}, "gradebook-link.txt")
         for target in [{str(submission.root / "submitted" / "alice" / "x")!r}, paged_helpers.__file__]:
             try:
                 open(target, "a").write("x")
@@ -224,14 +237,18 @@ def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
     )
     try:
         done = subprocess.run([*box.prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        assert (box.scratch / submission.assignment / "scratch.txt").read_text() == "mine"
+        link = f"a symbolic link gradebook-link.txt -> {submission.root / 'gradebook.db'}"
+        assert box.leftovers(submission.assignment) == [link]
     finally:
         box.close()
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "['autograded', 'submitted']" and lines[1] == "['alice']", lines
-    assert lines[2:4] == ["refused 30", "refused 30"] and lines[4] == "no network", lines
-    assert (submission.scratch / "scratch.txt").read_text() == "mine"
-    assert box.cgroup.path is None and not box.private.exists()
+    assert lines[2] == "['notes.txt'] my notes", lines  # the submitted files, never the graded notebook
+    assert lines[3:5] == ["refused 30", "refused 30"] and lines[5] == "no network", lines
+    assert sorted(p.name for p in submission.scratch.iterdir()) == [real.name], "the kernel wrote the real folder"
+    assert box.cgroup.path is None and not box.private.exists() and not box.scratch.exists()
 
 
 def test_check_calls_are_read_as_data_never_run(tmp_path):
@@ -263,7 +280,9 @@ def test_only_one_genuine_outcome_counts():
         return (__import__("json").dumps(record) + "\n").encode()
 
     real = line({"outcome": {"token": "t0k", "passed": True, "message": "", "load_changes": []}})
-    assert opinion_runner.judge(real, "t0k", False, 5) == {"passed": True, "message": "", "flags": []}
+    assert opinion_runner.judge(real, "t0k", False, 5) == {"passed": True, "message": "", "flags": [], "hidden": False}
+    failed_hidden = line({"outcome": {"token": "t0k", "passed": False, "message": "CheckFailed: x", "hidden": True}})
+    assert opinion_runner.judge(failed_hidden, "t0k", False, 5)["hidden"] is True
     forged = line({"outcome": {"token": "guess", "passed": True}})
     verdict = opinion_runner.judge(forged + real, "t0k", False, 5)
     assert not verdict["passed"] and "forged" in verdict["flags"][0]

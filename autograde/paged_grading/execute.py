@@ -18,12 +18,21 @@ FairExecute keeps grading the rest of the notebook instead:
 Each kernel is started inside the submission's sandbox (``grading_kernels.SandboxedKernelManager``).
 The per-cell timeout is ``timeout`` (seconds), or ``slow_assignments[assignment]`` for the
 Triton notebooks, whose checks run kernels in the CPU interpreter.
+
+Time budgets bound a whole submission, not only a cell: a notebook gets at most
+``notebook_budget_cells`` per-cell timeouts of kernel time, and a student at most
+``student_budget`` seconds over all their notebooks (what earlier notebooks used is kept in
+``reports/grading-time/<student>/<assignment>``, outside every sandbox). The cell running when a
+budget runs out is stopped, the cells after it are marked "not run" (so only the submission's own
+unfinished cells score 0), and ``reports/integrity.log`` says so. An honest notebook takes seconds.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import time
+from pathlib import Path
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -31,12 +40,14 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Integer
 
+from . import integrity
 from .grading_kernels import SandboxedKernelManager
 
 KERNEL_DIED = "KernelDied"
 KERNEL_UNRESPONSIVE = "KernelUnresponsive"
 NOT_RUN = "CellNotRun"
 TIMEOUT = "CellTimeoutError"
+TIME_LEDGER = Path("reports") / "grading-time"  # relative to the course root, where nbgrader runs
 
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
@@ -68,11 +79,18 @@ class FairExecute(Execute):
     responsive_grace = Integer(
         10, help="Seconds an interrupted kernel has to answer before it is declared unresponsive."
     ).tag(config=True)
+    notebook_budget_cells = Integer(
+        5, help="A notebook's kernel time budget, in per-cell timeouts (600 s; 2100 s for the Triton notebooks)."
+    ).tag(config=True)
+    student_budget = Integer(
+        3600, help="Seconds of kernel time one student's notebooks may take in all."
+    ).tag(config=True)
 
     def __init__(self, *args, **kwargs):
         # Every grading kernel runs in a bubblewrap sandbox (see sandbox.py).
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
+        self.configured_timeout = self.timeout  # self.timeout is narrowed per cell by the budgets
 
     def preprocess(self, nb, resources=None, km=None):
         from nbclient import NotebookClient
@@ -80,19 +98,78 @@ class FairExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
-        assignment = (resources or {}).get("nbgrader", {}).get("assignment")
-        if assignment in self.slow_assignments:
-            self.timeout = int(self.slow_assignments[assignment])
+        ids = (resources or {}).get("nbgrader", {})
+        assignment = ids.get("assignment")
+        self.cell_timeout = int(self.slow_assignments.get(assignment, self.configured_timeout))
+        self.timeout = self.cell_timeout
+        began = time.monotonic()
+        self._budget_start(ids, began)
         start, restarts = 0, 0
-        while start < len(self.nb.cells):
-            start = self._run_from(start, resources)
-            if start < len(self.nb.cells):
-                restarts += 1
-                if restarts > self.max_kernel_restarts:
-                    self._mark_not_run(start, "the kernel crashed too many times in this notebook")
-                    break
+        try:
+            while start < len(self.nb.cells):
+                start = self._run_from(start, resources)
+                if start < len(self.nb.cells) and not self._out_of_time:
+                    restarts += 1
+                    if restarts > self.max_kernel_restarts:
+                        self._mark_not_run(start, "the kernel crashed too many times in this notebook")
+                        break
+        finally:
+            self._budget_record(ids, time.monotonic() - began)
         self.set_widgets_metadata()
         return self.nb, self.resources
+
+    # --- time budgets ----------------------------------------------------------------------
+    def _budget_start(self, ids: dict, began: float) -> None:
+        """The deadline of this notebook: its own budget, or what is left of the student's."""
+        notebook = self.notebook_budget_cells * self.cell_timeout
+        used = self._student_time_used(ids)
+        self.budget = max(0, min(notebook, self.student_budget - used))
+        self.budget_is_students = self.student_budget - used < notebook
+        self.deadline = began + self.budget
+        self._out_of_time = False
+
+    @staticmethod
+    def _ledger(ids: dict) -> Path:
+        return TIME_LEDGER / str(ids.get("student")) / str(ids.get("assignment"))
+
+    def _student_time_used(self, ids: dict) -> float:
+        """Kernel seconds the student's other notebooks took (this one's own record is replaced)."""
+        folder = self._ledger(ids).parent
+        used = 0.0
+        for path in folder.glob("*") if folder.is_dir() else ():
+            if path.name != str(ids.get("assignment")):
+                try:
+                    used += float(path.read_text())
+                except (OSError, ValueError):
+                    continue
+        return used
+
+    def _budget_record(self, ids: dict, seconds: float) -> None:
+        if ids.get("student") is None:
+            return
+        path = self._ledger(ids)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{seconds:.1f}\n")
+
+    def _budget_words(self) -> str:
+        if self.budget_is_students:
+            return f"your notebooks' grading time ({self.student_budget} s in all) was spent"
+        return f"this notebook's grading time ({self.budget:.0f} s) was spent"
+
+    def _cell_time_left(self, index: int) -> bool:
+        """Before each cell: the cell's timeout within the budget; False (rest not run) when spent."""
+        left = self.deadline - time.monotonic()
+        if left < 1:
+            self._spent(index, f"cells {index + 1}-{len(self.nb.cells)} were not run")
+            return False
+        self.timeout = min(self.cell_timeout, math.ceil(left))
+        return True
+
+    def _spent(self, index: int, what: str) -> None:
+        """The budget ran out at cell ``index``: the cells from there on are not run, and it is logged."""
+        self._out_of_time = True
+        self._mark_not_run(index, self._budget_words())
+        integrity.log(self.resources.get("nbgrader", {}), "time", f"{self._budget_words()}; {what} (scored 0)")
 
     def _run_from(self, start: int, resources) -> int:
         """Run cells from ``start`` in a fresh kernel; return the index to resume at (len when done)."""
@@ -105,6 +182,8 @@ class FairExecute(Execute):
                 return len(cells)
             for index in range(start, len(cells)):
                 cell = cells[index]
+                if not self._cell_time_left(index):
+                    return len(cells)
                 self._timed_out = False
                 started = time.perf_counter()
                 try:
@@ -126,13 +205,18 @@ class FairExecute(Execute):
                 if self._timed_out:
                     elapsed = time.perf_counter() - started
                     self.log.warning("Cell %d timed out after %.0f s (limit %d s)", index, elapsed, self.timeout)
-                    cell.outputs.append(
-                        _error_output(
-                            TIMEOUT,
-                            f"{_cell_label(cell, index)} was stopped after {elapsed:.0f} s: the limit is "
-                            f"{self.timeout} s per cell",
-                        )
+                    limit = (
+                        f"the limit is {self.cell_timeout} s per cell"
+                        if self.timeout >= self.cell_timeout
+                        else self._budget_words()
                     )
+                    cell.outputs.append(
+                        _error_output(TIMEOUT, f"{_cell_label(cell, index)} was stopped after {elapsed:.0f} s: {limit}")
+                    )
+                    if self.timeout < self.cell_timeout:  # the budget, not the cell's own limit, stopped it
+                        self._spent(index + 1, f"{_cell_label(cell, index)} was stopped and the cells after it not run")
+                        self.shutdown_kernel = "immediate"
+                        return len(cells)
                 if _has_error(cell, TIMEOUT) and not self._responsive():
                     self.log.warning("Kernel unresponsive after a timeout in cell %d; restarting", index)
                     cell.outputs.append(

@@ -3,8 +3,9 @@
 ``SandboxedKernelManager`` is the jupyter_client kernel manager of ``FairExecute``
 (``kernel_manager_class``); it finds the student from the kernel's working folder,
 ``<course>/autograded/<student>/<assignment>``. By default a kernel is forked by the student's
-``KernelZygote`` (one sandbox per student, torch imported once, the whole ``autograded/<student>/``
-writable, emptied between notebooks: ``kernel_zygote.py``, ``zygote_client.py``); with
+``KernelZygote`` (one sandbox per student, torch imported once, each notebook's kernel in its own
+folder of the sandbox's scratch, emptied of processes and /tmp between notebooks:
+``kernel_zygote.py``, ``zygote_client.py``); with
 ``use_zygote = False``, or where the zygote cannot start, each kernel gets a sandbox of its own.
 """
 
@@ -52,9 +53,10 @@ class ZygoteUnavailable(RuntimeError):
 class KernelZygote:
     """One student's sandbox with ``kernel_zygote.py`` in it: grading kernels forked, not started.
 
-    The sandbox is the student's: their submitted and autograded folders (the autograded ones
-    writable: each notebook's kernel works in its own, which nbgrader makes when the notebook's
-    turn comes), the folder of the pristine package copies, no network, the limits. Between two
+    The sandbox is the student's: their submitted folder, a scratch where their autograded folder
+    would be (each notebook's kernel works in its own folder there, made when the notebook's turn
+    comes; the real autograded folder is never mounted), the folder of the pristine package
+    copies, no network, the limits. Between two
     kernels the zygote removes what the last one left (processes, /tmp, /dev/shm, IPC), so a
     kernel starts as in a sandbox of its own, without importing torch again. At most one runs per
     grader process: the student being graded.
@@ -62,12 +64,7 @@ class KernelZygote:
 
     def __init__(self, submission: Submission):
         self.student = (submission.root, submission.student)
-        self.box = Sandbox(
-            submission,
-            readable=[HERE, *pristine_copies()],
-            scratch_writable=False,
-            writable=[submission.root / "autograded" / submission.student],
-        )
+        self.box = Sandbox(submission, readable=[HERE, *pristine_copies()])
         # The control socket lives outside the sandbox; the zygote inherits the listening end.
         self.control = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-"))
         self.socket = self.control / "zygote.sock"
@@ -156,6 +153,21 @@ def close_zygotes() -> None:
 atexit.register(close_zygotes)
 
 
+def _log_leftovers(box: Sandbox, assignment: str | None = None) -> None:
+    """Name in the integrity log the links and special files a kernel left in its scratch.
+
+    They are never followed (the scratch is the grader's throwaway folder, and nothing of it is
+    read back); the line tells the instructor that the submission tried.
+    """
+    from . import integrity
+
+    assignment = assignment or box.submission.assignment
+    found = box.leftovers(assignment)
+    if found:
+        ids = {"student": box.submission.student, "assignment": assignment, "notebook": assignment}
+        integrity.log(ids, "leftover", f"the grading kernel left {'; '.join(found)} (discarded, never followed)")
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """The kernel manager of nbgrader's executor: each grading kernel starts inside a sandbox.
 
@@ -184,11 +196,13 @@ class SandboxedKernelManager(AsyncKernelManager):
                 except (ZygoteUnavailable, OSError) as error:
                     LOG.warning("starting the grading kernel without the zygote: %s", error)
             if self.zygote is not None:
+                self.zygote.box.prepare(submission.assignment)
                 private = self.zygote.box.private
                 name = f"kernel-{uuid.uuid4().hex[:8]}"
                 self.ip = str(private / name)
                 self.connection_file = str(private / f"{name}.json")
                 self._zygote_cwd = str(submission.scratch)
+                self._zygote_assignment = submission.assignment
             else:
                 self.sandbox = Sandbox(submission, readable=pristine_copies())
                 self.ip = str(self.sandbox.private / "kernel")
@@ -211,10 +225,13 @@ class SandboxedKernelManager(AsyncKernelManager):
             await super()._async_cleanup_resources(restart=restart)
         finally:  # a kernel that died can make the cleanup above raise: the sandbox goes anyway
             if self.sandbox is not None and not restart:
+                _log_leftovers(self.sandbox)
                 self.sandbox.close()
                 self.sandbox = None
             if self.zygote is not None and not restart:
                 self.zygote.wait_clean()  # the student's zygote lives on for their next notebook
+                if self.zygote.alive():
+                    _log_leftovers(self.zygote.box, self._zygote_assignment)
                 self.zygote = None
 
     def __del__(self) -> None:

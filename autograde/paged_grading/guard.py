@@ -26,7 +26,6 @@ The preamble is marked by ``GUARD_BEGIN`` / ``GUARD_END`` so that feedback can s
 from __future__ import annotations
 
 import atexit
-import datetime
 import functools
 import hashlib
 import importlib.util
@@ -38,7 +37,7 @@ from pathlib import Path
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from . import kernel_guard
+from . import integrity, kernel_guard
 
 GUARD_BEGIN = "# >>> autograde guard: fresh, verified paged_helpers for this test (added by the grader)"
 GUARD_END = "# <<< autograde guard"
@@ -209,17 +208,9 @@ class GuardAudit(NbGraderPreprocessor):
         snapshot = snapshot_for_this_grading_run()
         changed = snapshot.changes_on_disk()
         if changed:
-            who = resources.get("nbgrader", {})
-            line = (
-                f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}\t"
-                f"{who.get('student')}\t{who.get('assignment')}\t{who.get('notebook')}\t"
-                f"modified installed {PACKAGE}: {', '.join(changed)} (restored)\n"
-            )
-            self.log.warning(line.strip())
-            log_dir = Path("reports")
-            log_dir.mkdir(exist_ok=True)
-            with open(log_dir / "integrity.log", "a") as log:
-                log.write(line)
+            line = f"modified installed {PACKAGE}: {', '.join(changed)} (restored)"
+            self.log.warning(line)
+            integrity.log(resources.get("nbgrader", {}), "package", line)
             snapshot.restore(changed)
         snapshot.clean_up()
         return nb, resources

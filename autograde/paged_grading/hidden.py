@@ -36,6 +36,20 @@ def hidden_lines(source: str) -> list[str]:
     return lines
 
 
+def without_hidden_lines(source: str) -> str:
+    """``source`` without its hidden regions (the markers and every line between them)."""
+    kept, inside = [], False
+    for line in source.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith(BEGIN):
+            inside = True
+        elif stripped.startswith(END):
+            inside = False
+        elif not inside:
+            kept.append(line)
+    return "".join(kept)
+
+
 def hidden_parameters(lines: list[str]) -> dict[str, set[str]]:
     """name -> the literal values hidden calls pass for it (as written: '2026')."""
     found: dict[str, set[str]] = {}
@@ -51,8 +65,11 @@ def hidden_parameters(lines: list[str]) -> dict[str, set[str]]:
 
 
 class Scrubber:
-    def __init__(self, lines: list[str], parameters: dict[str, set[str]]):
+    """Replaces, in any text or output, each of ``lines`` by ``label`` and each hidden parameter's value."""
+
+    def __init__(self, lines: list[str], parameters: dict[str, set[str]], label: str = "[hidden test]"):
         self.lines = sorted(set(lines), key=len, reverse=True)
+        self.label = label
         self.patterns = [
             (re.compile(rf"(\b{re.escape(name)}\w*\s*[=:(]?\s*){re.escape(value)}\b"), r"\1(hidden)")
             for name, values in parameters.items()
@@ -61,7 +78,7 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         for line in self.lines:
-            text = text.replace(line, "[hidden test]")
+            text = text.replace(line, self.label)
         for pattern, replacement in self.patterns:
             text = pattern.sub(replacement, text)
         return text

@@ -281,7 +281,8 @@ def _child(cell: dict, notebook: str, out: int, token: str) -> None:
         os.dup2(devnull, fd)
     watch = Watch(out)
     sys.addaudithook(watch)
-    outcome = {"token": token, "passed": False, "message": "", "load_changes": []}
+    outcome = {"token": token, "passed": False, "message": "", "load_changes": [], "hidden": False}
+    call = {}
     try:
         watch.armed = True
         module = load_definitions(notebook, module_name="learner_submission")
@@ -303,6 +304,7 @@ def _child(cell: dict, notebook: str, out: int, token: str) -> None:
     except BaseException as error:  # the check's verdict, or the student's code failing
         watch.armed = False
         outcome["message"] = f"{type(error).__name__}: {error}"[:2000]
+        outcome["hidden"] = bool(call.get("hidden"))  # a hidden scenario failed, the visible ones passed
         if isinstance(error, report.Refused):  # built to fool a comparison, or an answer from outside the kernel
             watch.report(f"student code handed the check what it refuses: {str(error).splitlines()[0][:300]}")
     outcome["load_changes"] += [c for c in _restore_import_system() if c not in outcome["load_changes"]]
@@ -361,7 +363,12 @@ def judge(data: bytes, token: str, timed_out: bool, timeout: float) -> dict:
         return {"passed": False, "message": why, "flags": flags}
     outcome = outcomes[0]
     flags += [f"while loading the definitions: {c}" for c in outcome.get("load_changes", [])]
-    return {"passed": bool(outcome["passed"]) and not flags, "message": outcome["message"], "flags": flags}
+    return {
+        "passed": bool(outcome["passed"]) and not flags,
+        "message": str(outcome["message"]),
+        "flags": flags,
+        "hidden": outcome.get("hidden") is True,
+    }
 
 
 def run_spec(spec: dict) -> dict:
@@ -403,6 +410,10 @@ def serve() -> int:
         spec = json.loads(line)
         if spec.get("sandboxed"):
             sandbox_inside.empty_tmp()  # each notebook's children start as in a sandbox of their own
+        # When this notebook's clean run really began (the grader's deadline counts from here, not
+        # from when it was queued): the system's monotonic clock, which the sandbox shares.
+        sys.stdout.write(json.dumps({"request": spec.get("request"), "started": time.monotonic()}) + "\n")
+        sys.stdout.flush()
         results = run_spec(spec)
         sys.stdout.write(json.dumps({"request": spec.get("request"), "results": results}) + "\n")
         sys.stdout.flush()

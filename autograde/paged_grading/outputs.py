@@ -23,6 +23,7 @@ in tracebacks. Neither is what this course wants:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -30,6 +31,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer
 
+from . import hidden
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -47,10 +49,42 @@ class DemoteStderr(NbGraderPreprocessor):
 
 
 class StripGuard(NbGraderPreprocessor):
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and GUARD_BEGIN in cell.source:
+    """The guard preamble out of the test cells' sources, and its lines out of every output (a
+    cell that prints IPython's ``In`` would show them: the private copy's path, the manifest hash)."""
+
+    def preprocess(self, nb, resources):
+        lines = [
+            line.strip()
+            for cell in nb.cells
+            if cell.cell_type == "code"
+            for block in _GUARD_BLOCK.findall(cell.source)
+            for line in block.splitlines()
+            if len(line.strip()) >= hidden.MIN_LINE
+        ]
+        # The lines' string literals too (paths, hashes): ``print(In)`` shows the lines as a
+        # repr, with their quotes escaped, and the literals are what the lines would give away.
+        lines += [literal for line in lines for literal in _string_literals(line)]
+        scrub = hidden.Scrubber(lines, {}, label="[grader's line]")
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
             cell.source = _GUARD_BLOCK.sub("", cell.source)
-        return cell, resources
+            if lines:
+                for output in cell.get("outputs", []):
+                    scrub.output(output)
+        return nb, resources
+
+
+def _string_literals(line: str) -> list[str]:
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return []
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= hidden.MIN_LINE
+    ]
 
 
 def check_message(output: NotebookNode) -> str:

@@ -8,6 +8,10 @@ Files written into ``reports/``:
   pass_rates.csv       per test cell ("check"): submissions, passed, pass rate
   score_histogram.png  each student's autograded total, as a percentage of the maximum
 Manually graded answer cells (markdown) are left to nbgrader's formgrader and not counted here.
+
+The pass-rate table for the terminal is ``pass_rate_lines``: each line says what it counts
+(submissions of that test cell that got full points, out of its assignment's graded
+submissions). The integrity findings are summed up by kind by ``integrity.summary``.
 """
 
 from __future__ import annotations
@@ -77,6 +81,22 @@ def pass_rates(rows: list[CheckScore]) -> list[dict]:
             }
         )
     return table
+
+
+def pass_rate_lines(rates: list[dict]) -> list[str]:
+    """The pass-rate table as printed: a header saying what is counted, then one line per test cell.
+
+    ``rates`` as ``pass_rates`` makes them. A cell counts as passed only with its full points.
+    """
+    if not rates:
+        return ["pass rates: no autograded test cell in the gradebook yet"]
+    lines = [f"{'assignment':28} {'test cell':36} pass rate (submissions with full points / graded submissions)"]
+    for row in rates:
+        lines.append(
+            f"{row['assignment']:28} {row['check']:36} {row['passed']} of {row['submissions']} passed "
+            f"({100 * row['pass_rate']:.0f}%)"
+        )
+    return lines
 
 
 def student_totals(rows: list[CheckScore]) -> dict[str, tuple[float, float]]:

@@ -6,12 +6,17 @@ run, see ``second_opinion``) can see and do:
 * the file system is empty except for, read-only: the system (``/usr``, ``/etc``), the Python
   runtime and virtual environment, the installed ``paged_helpers`` package folder (only that
   folder, never the repository around an editable install), the grader's pristine copies of the
-  package (``guard``), the student's own ``submitted/<student>/`` and ``autograded/<student>/``
-  folders, and ``published/`` when the course has one (released solutions of earlier
-  notebooks). Writable: the notebook's own ``autograded/<student>/<assignment>/`` folder (the
-  private scratch, a copy nbgrader made of the submission), a small ``/tmp`` and the folder of
-  the kernel's connection sockets. The course's ``source/``, ``release/``, ``gradebook.db``,
-  ``nbgrader_config.py``, ``notebooks/`` and other students are not there at all;
+  package (``guard``), the student's own ``submitted/<student>/`` folder, and ``published/``
+  when the course has one (released solutions of earlier notebooks). At the path of the
+  student's ``autograded/<student>/`` lies a scratch folder of the grader's (``Sandbox.scratch``),
+  never the real one: the kernel works in ``<scratch>/<assignment>/``, which starts with copies of
+  the regular files the student submitted beside the notebook, and everything written there is
+  discarded with the sandbox. The real ``autograded/`` (where nbgrader keeps the notebook being
+  graded, hidden tests restored, and writes the graded one), ``source/``, ``release/``,
+  ``feedback/``, the gradebook, the course key, ``nbgrader_config.py``, ``notebooks/`` and the
+  other students are not there at all, so nothing the sandbox writes is ever a file the grader
+  reads or writes through. Writable: the scratch (for kernels), a small ``/tmp`` and the folder
+  of the kernel's connection sockets;
 * no network (a new network namespace: only an unconfigured loopback); the kernel talks to the
   grader over Unix sockets (ZeroMQ ``ipc`` transport) in the bound socket folder;
 * its own user namespace (no capabilities outside) and pid namespace, ``--die-with-parent``:
@@ -34,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -149,8 +155,14 @@ class Submission:
         return cls(cwd.parent.parent.parent, cwd.parent.name, cwd.name)
 
     @property
+    def student_folder(self) -> Path:
+        """The real ``autograded/<student>/`` (outside); inside a sandbox, the scratch is here."""
+        return self.root / "autograded" / self.student
+
+    @property
     def scratch(self) -> Path:
-        return self.root / "autograded" / self.student / self.assignment
+        """The notebook's working folder, as a sandboxed process sees it (the grader's is the same path)."""
+        return self.student_folder / self.assignment
 
 
 def _ro(path: Path) -> list[str]:
@@ -159,12 +171,17 @@ def _ro(path: Path) -> list[str]:
 
 def bwrap_args(
     submission: Submission,
+    scratch: Path,
     writable: list[Path] = (),
     readable: list[Path] = (),
     limits: Limits = Limits(),
     scratch_writable: bool = True,
 ) -> list[str]:
-    """The bubblewrap command line (without the command to run) for one student's code."""
+    """The bubblewrap command line (without the command to run) for one student's code.
+
+    ``scratch`` (a folder of the grader's) is mounted where the student's ``autograded/<student>/``
+    would be; the real one is not mounted at all.
+    """
     args = [
         require_bwrap(),
         "--unshare-all",  # network, pid, ipc, uts, cgroup namespaces
@@ -186,17 +203,12 @@ def bwrap_args(
     args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
     for path in [*python_runtime_dirs(), installed_package_dir(), *course_data_dirs(), *readable]:
         args += _ro(path)
-    student_dirs = [
-        submission.root / "submitted" / submission.student,
-        submission.root / "autograded" / submission.student,
-        submission.root / "published",
-    ]
-    for path in student_dirs:
+    for path in (submission.root / "submitted" / submission.student, submission.root / "published"):
         args += _ro(path)
-    if not scratch_writable:
-        args += _ro(submission.scratch)
-    for path in [submission.scratch, *writable] if scratch_writable else writable:
+    for path in writable:
         args += ["--bind", str(path), str(path)]
+    # Last, so that no bind above can cover it: the scratch where autograded/<student>/ would be.
+    args += ["--bind" if scratch_writable else "--ro-bind", str(scratch), str(submission.student_folder)]
     args += [
         "--setenv", "HOME", "/tmp/home",
         "--setenv", "IPYTHONDIR", "/tmp/home/.ipython",
@@ -211,6 +223,61 @@ def bwrap_args(
         "--remount-ro", "/",  # the sandbox's own root: no writes outside the binds and /tmp
     ]  # fmt: skip
     return args
+
+
+# What of the student's submitted folder is copied into the kernel's scratch (nbgrader would have
+# copied all of it into the real autograded folder): regular files only, never a notebook.
+SCRATCH_COPY_MAX_FILES = 64
+SCRATCH_COPY_MAX_BYTES = 8 << 20
+
+
+def copy_submitted_files(source: Path, into: Path) -> None:
+    """Regular files of ``source`` (recursively, links never followed) into ``into``, capped."""
+    copied = 0
+    for folder, dirs, files in os.walk(source, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if name.endswith(".ipynb") or copied >= SCRATCH_COPY_MAX_FILES:
+                continue
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_size > SCRATCH_COPY_MAX_BYTES:
+                continue
+            target = into / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                target.write_bytes(handle.read(SCRATCH_COPY_MAX_BYTES + 1)[:SCRATCH_COPY_MAX_BYTES])
+            copied += 1
+
+
+def odd_entries(folder: Path) -> list[tuple[Path, str]]:
+    """Links and special files under ``folder`` with a description from their metadata alone.
+
+    Nothing is opened or followed: a link is described by its target's name (``readlink``).
+    """
+    found = []
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        for name in sorted([*dirs, *files]):
+            path = Path(parent) / name
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue
+            where = path.relative_to(folder).as_posix()
+            if stat.S_ISLNK(mode):
+                try:
+                    target = os.readlink(path)
+                except OSError:
+                    target = "?"
+                found.append((path, f"a symbolic link {where} -> {target}"))
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+                found.append((path, f"{kind} {where}"))
+    return found
 
 
 def prlimit_args(limits: Limits, with_nproc: bool) -> list[str]:
@@ -342,7 +409,14 @@ def _read(path: Path) -> str:
 
 
 class Sandbox:
-    """One sandbox's command prefix and its clean-up (cgroup, socket folder)."""
+    """One sandbox's command prefix, its scratch folder and its clean-up (cgroup, private folder).
+
+    ``scratch`` is the grader's folder that the sandbox sees at ``autograded/<student>/``:
+    ``prepare(assignment)`` makes ``<scratch>/<assignment>/`` (with copies of the student's
+    submitted files) before a notebook's process starts there; ``leftovers(assignment)`` lists
+    the links and special files it holds, as data, for the integrity log. It is removed with the
+    sandbox; the grader reads nothing else from it.
+    """
 
     def __init__(
         self,
@@ -358,15 +432,20 @@ class Sandbox:
         if swept:
             LOG.info("removed %d sandbox folder(s)/cgroup(s) left by graders that died", len(swept))
         self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-"))
+        # Not inside ``private`` (bound writable for the sockets): a read-only scratch stays read-only.
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-scratch-"))
         self.cgroup = PidsCgroup(limits.processes)
         _OPEN.add(self)
         if self.cgroup.path is None and os.geteuid() == 0:
             LOG.warning("no writable pids cgroup and grading as root: the sandbox has no process cap")
         try:
+            self.prepare(submission.assignment)
             self.prefix = [
                 *self.cgroup.enter_command(),
                 *prlimit_args(limits, with_nproc=self.cgroup.path is None),
-                *bwrap_args(submission, [self.private, *writable], list(readable), limits, scratch_writable),
+                *bwrap_args(
+                    submission, self.scratch, [self.private, *writable], list(readable), limits, scratch_writable
+                ),
                 "--",
                 # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
                 # when its parent is pid 1 (it takes that for "the process that started me died").
@@ -376,9 +455,23 @@ class Sandbox:
             self.close()
             raise
 
+    def prepare(self, assignment: str) -> None:
+        """The working folder of ``assignment`` in the scratch (made once; copies of submitted files)."""
+        folder = self.scratch / assignment
+        if folder.is_dir():
+            return
+        folder.mkdir(parents=True)
+        copy_submitted_files(self.submission.root / "submitted" / self.submission.student / assignment, folder)
+
+    def leftovers(self, assignment: str, most: int = 20) -> list[str]:
+        folder = self.scratch / assignment
+        found = odd_entries(folder) if folder.is_dir() and not folder.is_symlink() else []
+        return [description for _, description in found[:most]]
+
     def close(self) -> None:
         self.cgroup.kill_all_and_remove()
-        shutil.rmtree(self.private, ignore_errors=True)
+        for folder in (self.private, self.scratch):  # rmtree removes links, never follows them
+            shutil.rmtree(folder, ignore_errors=True)
         _OPEN.discard(self)
 
 

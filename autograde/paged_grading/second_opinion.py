@@ -10,9 +10,11 @@ checks are imported first, then only the submission's definitions are loaded, by
 cell, never executed as text) are made. The verdicts come back as data; the scores are
 decided here, outside the sandbox:
 
-The hidden calls' seeds are replaced, in the clean run, by a secret seed per student, notebook
-and cell (``secret_seed``): hidden scenarios that no visible or guessed seed reproduces, and
-whose failure still costs the points (the lower score stands).
+The hidden calls run in the clean run only: ``StartSecondOpinion`` takes them out of the test
+cells before nbgrader's kernel runs the notebook (``_Plan.withhold_hidden_tests``), so the kernel
+never holds their text, and puts them back afterwards. Their seeds are replaced by a secret seed
+per student, notebook and cell (``secret_seed``): hidden scenarios that no visible or guessed
+seed reproduces, and whose failure costs the points like any failed check.
 
 * both agree: nothing changes;
 * the kernel passed a cell the clean run failed (or caught tampering in): the cell gets an
@@ -29,7 +31,6 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
-import datetime
 import hashlib
 import hmac
 import json
@@ -49,7 +50,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Dict, Integer
 
-from . import hidden, sandbox
+from . import hidden, integrity, sandbox
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 SECOND_OPINION = "SecondOpinion"
@@ -163,14 +164,6 @@ def _kernel_passed(cell: NotebookNode) -> bool:
     return score is not None and max_score is not None and score >= max_score
 
 
-def log_integrity(ids: dict, line: str) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    log_dir = Path("reports")
-    log_dir.mkdir(exist_ok=True)
-    with open(log_dir / "integrity.log", "a") as log:
-        log.write(f"{now}\t{ids.get('student')}\t{ids.get('assignment')}\t{ids.get('notebook')}\t{line}\n")
-
-
 class RunnerJob:
     """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
 
@@ -261,14 +254,23 @@ class StudentRunner:
     def send(self, submission: sandbox.Submission, spec: dict) -> int:
         """Queue one notebook's clean run; the request number its verdicts will carry."""
         self.requests += 1
+        if self.box is not None:
+            self.box.prepare(submission.assignment)
         spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch), "request": self.requests}
         self.process.stdin.write((json.dumps(spec) + "\n").encode())
         self.process.stdin.flush()
         return self.requests
 
-    def receive(self, request: int, deadline: float) -> dict | None:
-        """The verdicts of ``request``; None if the runner died or overran ``deadline``."""
+    def receive(self, request: int, sent_at: float, budget: float) -> dict | None:
+        """The verdicts of ``request``; None if the runner died or overran its budget.
+
+        The budget counts from when the runner began the request (its ``started`` line), not from
+        when it was queued, and whatever the runner already wrote is read before a deadline is
+        judged: a verdict that arrived while nbgrader's kernel was still running always counts.
+        A ``started`` time is believed only between ``sent_at`` and ``sent_at + budget``.
+        """
         fd = self.process.stdout.fileno()
+        deadline = sent_at + 2 * budget
         while True:
             while b"\n" in self.pending:
                 line, self.pending = self.pending.split(b"\n", 1)
@@ -276,15 +278,16 @@ class StudentRunner:
                     record = json.loads(line)
                 except ValueError:
                     continue  # the package's banner, printed when the runner imported it
-                if (
-                    isinstance(record, dict)
-                    and record.get("request") == request
-                    and isinstance(record.get("results"), dict)
-                ):
+                if not isinstance(record, dict) or record.get("request") != request:
+                    continue
+                started = record.get("started")
+                if isinstance(started, float) and sent_at <= started <= sent_at + budget:
+                    deadline = started + budget
+                elif isinstance(record.get("results"), dict):
                     return record["results"]
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
+            if not select.select([fd], [], [], max(0.0, left))[0]:
+                return None  # nothing more was written, and the budget is spent
             chunk = os.read(fd, 65536)
             if not chunk:
                 return None
@@ -330,7 +333,7 @@ class NotebookJob:
     """
 
     def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
-        self.deadline = time.monotonic() + budget
+        self.sent_at, self.budget = time.monotonic(), budget
         self.runner = _student_runner(submission)
         try:
             self.request = self.runner.send(submission, spec)
@@ -345,7 +348,7 @@ class NotebookJob:
         if self.done:
             return {}
         self.done = True
-        results = self.runner.receive(self.request, self.deadline)
+        results = self.runner.receive(self.request, self.sent_at, self.budget)
         if results is None:  # dead or over budget: nothing of it may serve the next notebook
             if self.runner in _STUDENT_RUNNER:
                 _STUDENT_RUNNER.remove(self.runner)
@@ -407,9 +410,34 @@ class _Plan:
     def runnable(self) -> bool:
         return bool(self.cells) and self.submitted.is_file()
 
+    def budget(self, timeout: int) -> float:
+        return timeout * len(self.cells) + 120
+
     def start(self, timeout: int) -> NotebookJob:
         spec = {"notebook": str(self.submitted), "cells": self.cells, "timeout": timeout}
-        return NotebookJob(self.submission, spec, budget=timeout * len(self.cells) + 120)
+        return NotebookJob(self.submission, spec, budget=self.budget(timeout))
+
+    def withhold_hidden_tests(self, nb) -> None:
+        """The kernel runs only the visible lines of the replayed test cells (``restore_hidden_tests``).
+
+        The hidden calls run in the clean run alone, with the secret seeds. So the hidden tests'
+        text never reaches the kernel: no cell can print, encode or hook it (IPython's ``In``, an
+        input transformer, an event callback), and feedback cannot carry it in any form.
+        """
+        self.withheld = {}
+        replayed = set(self.grade_ids)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if is_autograded_test(cell) and grade_id in replayed and hidden.BEGIN in cell.source:
+                self.withheld[grade_id] = cell.source
+                cell.source = hidden.without_hidden_lines(cell.source)
+
+    def restore_hidden_tests(self, nb) -> None:
+        """The test cells' full sources back, for the autograded notebook (feedback clears them)."""
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in getattr(self, "withheld", {}):
+                cell.source = self.withheld[grade_id]
 
 
 def _timeout(preprocessor, assignment: str) -> int:
@@ -424,14 +452,21 @@ class SecondOpinion(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
+        timeout = _timeout(self, ids["assignment"])
         job, plan = _STARTED.pop(_key(ids), (None, None))
         if plan is None:
             plan = _Plan(nb, ids, self.log)
             if plan.runnable:
-                job = plan.start(_timeout(self, ids["assignment"]))
+                job = plan.start(timeout)
         if job is None:
             return nb, resources
+        plan.restore_hidden_tests(nb)
         verdicts = job.verdicts()
+        if any(grade_id not in verdicts for grade_id in plan.grade_ids):
+            # No answer in time (a loaded grader, a runner that died): once more, on its own now
+            # that the kernel is done, before any cell is judged without one.
+            self.log.warning("second opinion: no verdict for some cells of %s; running it again", ids["notebook"])
+            verdicts = {**plan.start(timeout).verdicts(), **verdicts}
         tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
         tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
         suspicious = scan(nbformat.read(plan.submitted, as_version=4))
@@ -440,17 +475,42 @@ class SecondOpinion(NbGraderPreprocessor):
         parameters.setdefault("seed", set()).update(plan.secret_seeds)
         self.hide = hidden.Scrubber(lines, parameters)  # what students may not see
         for grade_id, cell in tests.items():
-            verdict = verdicts.get(grade_id) or {
-                "passed": False,
-                "message": "the clean run gave no result",
-                "flags": [],
-            }
-            self._reconcile(ids, grade_id, cell, verdict, suspicious)
+            if grade_id in verdicts:
+                self._reconcile(ids, grade_id, cell, verdicts[grade_id], suspicious)
+            else:
+                self._no_verdict(ids, grade_id, cell, plan.budget(timeout))
         return nb, resources
+
+    def _no_verdict(self, ids, grade_id, cell, budget: float) -> None:
+        """Twice no answer: the cell cannot be confirmed, so it scores 0, and nobody is accused."""
+        why = (
+            f"this test could not be confirmed: its clean re-run (only your definitions loaded, in a fresh "
+            f"process) gave no result within {budget:.0f} s, twice. Loading your definitions may take too "
+            "long (work at the top level of a class body?), or the grader was overloaded: ask your "
+            "instructor to regrade"
+        )
+        traceback = [f"{SECOND_OPINION}: {why}"]
+        cell.outputs.insert(0, NotebookNode(output_type="error", ename=SECOND_OPINION, evalue=why, traceback=traceback))
+        integrity.log(
+            ids,
+            "time",
+            f"{grade_id}: the clean run gave no verdict within {budget:.0f} s, twice (scored 0; not tampering)",
+        )
 
     def _reconcile(self, ids, grade_id, cell, verdict, suspicious) -> None:
         kernel, clean = _kernel_passed(cell), bool(verdict["passed"])
         if kernel == clean and not verdict["flags"]:
+            return
+        if kernel and not clean and not verdict["flags"] and verdict.get("hidden"):
+            # The kernel ran the visible calls only (withhold_hidden_tests): a hidden scenario
+            # failed, which is an ordinary failed test, shown as the check's own message.
+            ename, _, message = self.hide(verdict["message"]).partition(": ")
+            ename, message = ename or "CheckFailed", message[:1500]
+            if "hidden scenario" not in message:
+                message = f"(in a hidden scenario) {message}"
+            cell.outputs.insert(
+                0, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+            )
             return
         evidence = "; ".join(verdict["flags"]) or self.hide(
             verdict["message"].splitlines()[0] if verdict["message"] else ""
@@ -472,11 +532,13 @@ class SecondOpinion(NbGraderPreprocessor):
                     output_type="error", ename=SECOND_OPINION, evalue=why, traceback=[f"{SECOND_OPINION}: {why}"]
                 ),
             )
-            log_integrity(ids, f"{grade_id}: kernel passed, clean run failed (scored 0): {evidence}")
+            integrity.log(ids, "clean-run", f"{grade_id}: kernel passed, clean run failed (scored 0): {evidence}")
         elif clean and not kernel:
-            log_integrity(ids, f"{grade_id}: kernel failed, clean run passed (kernel's 0 stands; review): {evidence}")
+            integrity.log(
+                ids, "review", f"{grade_id}: kernel failed, clean run passed (kernel's 0 stands; review): {evidence}"
+            )
         else:
-            log_integrity(ids, f"{grade_id}: flagged in the clean run: {evidence}")
+            integrity.log(ids, "clean-run", f"{grade_id}: flagged in the clean run: {evidence}")
 
 
 class StartSecondOpinion(SecondOpinion):
@@ -495,4 +557,5 @@ class StartSecondOpinion(SecondOpinion):
         plan = _Plan(nb, ids, self.log)
         if plan.runnable:
             _STARTED[_key(ids)] = (plan.start(_timeout(self, ids["assignment"])), plan)
+            plan.withhold_hidden_tests(nb)
         return nb, resources
