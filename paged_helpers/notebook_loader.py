@@ -150,28 +150,38 @@ def _unimplemented_parts(node: ast.stmt) -> list[str]:
 def _code_cells(path: Path) -> list[tuple[int, str]]:
     """(index among all cells, source) of each code cell of the notebook at ``path``.
 
-    A version-4 notebook is read as plain JSON: ``nbformat.read`` validates against the schema,
-    and importing that validator (jsonschema's format checkers) costs over a second of CPU in
-    every process that loads a notebook (each grading kernel, each second opinion). Older
-    formats go through nbformat, which converts them.
+    Every format is read as plain JSON, never through nbformat: ``nbformat.read`` validates
+    against the schema, and importing that validator (jsonschema's format checkers) costs over a
+    second of CPU in every process that loads a notebook (each grading kernel, each second
+    opinion). Importing nbformat also changes the import system (``six`` appends its importer to
+    ``sys.meta_path``), and the grader's clean run takes any change made while a submission's
+    definitions load for an import hook of the student's. Versions 2 and 3 keep their cells in
+    ``worksheets`` (flattened in order, as nbformat's conversion does) and a code cell's text in
+    ``input``; version 4 (and later) in ``cells`` and ``source``.
     """
     with open(path, encoding="utf-8") as handle:
         notebook = json.load(handle)
     if not isinstance(notebook, dict) or not isinstance(notebook.get("nbformat"), int):
         raise ValueError("not a notebook (no nbformat version)")
-    if notebook["nbformat"] < 4:
-        import nbformat
-
-        converted = nbformat.read(path, as_version=4)
-        return [(i, cell.source) for i, cell in enumerate(converted.cells) if cell.cell_type == "code"]
-    cells = notebook.get("cells")
+    version = notebook["nbformat"]
+    if version in (2, 3):
+        worksheets = notebook.get("worksheets", [])
+        if not isinstance(worksheets, list) or not all(isinstance(sheet, dict) for sheet in worksheets):
+            raise ValueError(f"its 'worksheets' (nbformat {version}) is not a list of worksheets")
+        cells = [cell for sheet in worksheets for cell in sheet.get("cells", [])]
+        text_key = "input"
+    elif version >= 4:
+        cells = notebook.get("cells")
+        text_key = "source"
+    else:
+        raise ValueError(f"nbformat {version} is older than this course reads (2 and later)")
     if not isinstance(cells, list):
-        raise ValueError("its 'cells' is not a list")
+        raise ValueError("its cells are not a list")
     found = []
     for index, cell in enumerate(cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
+        source = cell.get(text_key, "")
         if isinstance(source, list) and all(isinstance(line, str) for line in source):
             source = "".join(source)
         if not isinstance(source, str):

@@ -7,7 +7,12 @@ A prefix cache (the learner's ``PrefixCache``, or anything shaped like it) offer
                                       returns the number of tokens reused
     remember(seq, tokens) -> None     after prefill: publish ``seq``'s full blocks
     evict(blocks_wanted)              drop least recently used entries no sequence uses, until
-                                      ``blocks_wanted`` blocks are free (or nothing is left to drop)
+                                      ``blocks_wanted`` blocks are free; when fewer can be freed,
+                                      drop every such entry and return (the caller reads
+                                      ``allocator.num_free``). Notebook 05's check also accepts a
+                                      MemoryError raised before anything is dropped, the cache
+                                      unchanged; a caller that is handed such a prefix cache
+                                      must then catch it
     cache                             the PagedKVCache whose blocks it shares
     entries                           an ordered mapping, least recently used first:
                                       whole-prefix key (the tuple of every token up to the end of

@@ -1,7 +1,10 @@
 """A new learner's first Run All, in real Chromium, on JupyterLab started as `make lab` starts it.
 
-On fresh workspace notebooks 01, 02, 04 and 07 (the decode kernel): Run All reaches the last
-cell, no cell raises or writes to stderr, and every check cell says "not implemented yet".
+On fresh workspace notebooks 01 (the first), 04 (widgets and demos), 07 (the decode kernel) and
+10 (notebooks loaded from 02, 04 and 05, a model demo): Run All reaches the last cell, no cell
+raises or writes to stderr, and every check cell says "not implemented yet". Every notebook's
+Run All, in one kernel without a browser, is tests/test_learner_path.py's; this test is the
+browser and fresh kernels for a representative few.
 Every notebook the server serves is free of solution and hidden-test text and of rubrics.
 Screenshots (the first and last screen of each notebook) and timing.json go to
 .artifacts/browser_learner_path/.
@@ -24,7 +27,7 @@ from paged_grading import release_check  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
-RUN = ["01_block_tables", "02_block_allocator", "04_fork_and_copy_on_write", "07_paged_decode_kernel"]
+RUN = ["01_block_tables", "04_fork_and_copy_on_write", "07_paged_decode_kernel", "10_radix_cache"]
 ARTIFACTS = ROOT / ".artifacts" / "browser_learner_path"
 
 # Every code cell of the open notebook: executed or not, graded or not, its outputs' text.

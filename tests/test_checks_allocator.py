@@ -255,3 +255,97 @@ def test_hidden_scenarios_catch_what_the_visible_ones_miss(right, capsys):
 def test_the_instructor_solution_passes_the_hidden_scenarios(right):
     for seed in (5, 77, 2026, 123457):
         check_block_allocator(right, seed=seed, hidden=True)
+
+
+# --------------------------------------------------------------------------- issue 25: a wrong container is no trick
+
+
+def _free_as_a_set(right):
+    class SetAllocator(right):
+        """An honest allocator on a set of free ids: the notebook asks for a deque."""
+
+        def __init__(self, num_blocks):
+            super().__init__(num_blocks)
+            self.free = set(range(num_blocks))
+
+        def allocate(self):
+            if not self.free:
+                raise MemoryError("pool exhausted")
+            block = self.free.pop()
+            self.refs[block] = 1
+            return block
+
+        def release(self, block):
+            self._check_block(block)
+            if self.refs[block] == 0:
+                raise RuntimeError(f"block {block} is free")
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                self.free.add(block)
+
+    return SetAllocator
+
+
+@pytest.mark.parametrize("container", [set, frozenset, dict.fromkeys])
+def test_a_free_list_of_the_wrong_container_is_a_plain_failure(right, container):
+    """A set (or dict) where the notebook asks for a deque fails like any other mistake, naming what was
+    expected and what was found: it is not `Refused`, which the grader reports as a cheating attempt."""
+    from paged_helpers.checks.report import CheckFailed, Refused
+
+    class Wrong(_free_as_a_set(right)):
+        def __init__(self, num_blocks):
+            super().__init__(num_blocks)
+            self.free = container(range(num_blocks))
+
+    with pytest.raises(CheckFailed) as caught:
+        check_block_allocator(Wrong)
+    assert not isinstance(caught.value, Refused)
+    message = str(caught.value)
+    assert "`free`" in message and "collections.deque" in message, message
+    assert f"a value of type {type(container(range(1))).__name__}" in message, message
+
+
+def test_a_set_free_list_is_named_as_a_set(right):
+    from paged_helpers.checks.report import Refused
+
+    with pytest.raises(AssertionError) as caught:
+        check_block_allocator(_free_as_a_set(right))
+    assert not isinstance(caught.value, Refused)
+    assert "got:      a value of type set" in str(caught.value) and "popleft" not in str(caught.value)
+
+
+def test_a_look_alike_free_list_is_still_refused(right):
+    from paged_helpers.checks.report import Refused
+
+    class SaysItHoldsEverything:
+        def __eq__(self, other):
+            return True
+
+        def __iter__(self):
+            return iter(())
+
+    class Wrong(right):
+        def __init__(self, num_blocks):
+            super().__init__(num_blocks)
+            self.free = SaysItHoldsEverything()
+
+    with pytest.raises(Refused, match="SaysItHoldsEverything"):
+        check_block_allocator(Wrong)
+
+
+def test_strict_readers_refuse_only_look_alikes():
+    from paged_helpers.checks.report import CheckFailed, Refused
+    from paged_helpers.checks.strict import learner_int, learner_int_list
+
+    for plain in ({1, 2}, {1: 2}, frozenset({3})):
+        with pytest.raises(CheckFailed) as caught:
+            learner_int_list(plain, "the table", "a scenario")
+        assert not isinstance(caught.value, Refused), plain
+        assert f"a value of type {type(plain).__name__}" in str(caught.value)
+    with pytest.raises(CheckFailed) as caught:
+        learner_int(2.0, "the count", "a scenario")
+    assert not isinstance(caught.value, Refused) and "a value of type float" in str(caught.value)
+    with pytest.raises(Refused):
+        learner_int(EqualsAnything(2), "the count", "a scenario")
+    with pytest.raises(Refused):
+        learner_int_list({EqualsAnything(2)}, "the table", "a scenario")

@@ -65,6 +65,37 @@ def bounds_checked_by_division(table, position, block_size):
     return table[position // block_size], position % block_size
 
 
+def only_negative_positions_checked(table, position, block_size):
+    """Past the end of the table, table[...] raises IndexError by itself: no bounds check there at all."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    if position < 0:
+        raise ValueError(f"position {position} is negative")
+    return table[position // block_size], position % block_size
+
+
+def a_value_error_naming_nothing(table, position, block_size):
+    if block_size < 1 or not 0 <= position < len(table) * block_size:
+        raise ValueError("out of range")
+    return table[position // block_size], position % block_size
+
+
+def block_size_checked_after_position(table, position, block_size):
+    if not 0 <= position < len(table) * block_size:
+        raise ValueError(f"position {position} is outside the table")
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    return table[position // block_size], position % block_size
+
+
+def an_index_error_on_purpose(table, position, block_size):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    if not 0 <= position < len(table) * block_size:
+        raise IndexError(f"position {position} is outside the table")
+    return table[position // block_size], position % block_size
+
+
 def returns_a_string(table, position, block_size):
     return f"{table[position // block_size]}:{position % block_size}"
 
@@ -80,6 +111,25 @@ WRONG = {
     the_chapter_line_without_bounds: ["negative position", "table[-1]"],
     bounds_checked_by_division: ["a block size of 0", "ValueError naming `block_size`", "ZeroDivisionError"],
     returns_a_string: ["pair of integers"],
+    only_negative_positions_checked: [
+        "one past the last slot",
+        "ValueError naming `position`",
+        "got:      IndexError",
+        "nothing checked the position",
+    ],
+    a_value_error_naming_nothing: [
+        "a negative position",
+        "ValueError naming `position`",
+        "ValueError: out of range",
+        "its message must say which argument is wrong",
+    ],
+    an_index_error_on_purpose: ["ValueError naming `position`", "got:      IndexError", "asks for ValueError here"],
+    block_size_checked_after_position: [
+        "a block size of 0",
+        "ValueError naming `block_size`",
+        "blames `position`",
+        "Check block_size first",
+    ],
 }
 
 

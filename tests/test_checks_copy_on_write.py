@@ -65,6 +65,15 @@ def copy_after_append(self, seq, new_tokens):
         table[-1] = fresh
 
 
+def blocks_to_copy_at_length_only(self, seq, new_tokens):
+    """Looks only at the block holding position `length`: enough while the table ends there, wrong once room
+    reserved before a fork puts a second shared block in the write's way."""
+    table, index = self.tables[seq], self.lengths[seq] // self.block_size
+    if new_tokens and index < len(table) and self.allocator.refs[table[index]] > 1:
+        return [index]
+    return []
+
+
 def both_pools(cache):
     return cache.k_pool + cache.v_pool
 
@@ -107,6 +116,9 @@ def wrong_caches(right):
             right, "CopiesUnshared", reserve=copying_reserve(both_pools, only_shared=False)
         ),
         "copy_after_append": wrong(right, "CopyAfterAppend", reserve=copy_after_append),
+        "copies_block_at_length_only": wrong(
+            right, "CopiesBlockAtLengthOnly", blocks_to_copy=blocks_to_copy_at_length_only
+        ),
         "copies_whole_table": wrong(
             right, "CopiesWholeTable", reserve=copying_reserve(both_pools, whole_table=True)
         ),
@@ -136,6 +148,14 @@ COPY_ON_WRITE_BUGS = {
     "copies_unshared": ["only owner", "needs no copy"],
     "copies_whole_table": ["stay shared"],
     "copy_after_append": ["child's first write crossing a block", "still shared", "runs on into", "before appending"],
+    "copies_block_at_length_only": [
+        "reserved room for",
+        "forked before writing them",
+        "still shared",
+        "room reserved before the fork",
+        "copied only the block holding position",
+        "in blocks_to_copy: for i in range(lengths[seq] // block_size",
+    ],
 }
 
 

@@ -43,6 +43,27 @@ def _finish_without_free(self, seq, finished):
         finished[seq.request_id] = [samples[i] for i in range(seq.n)]
 
 
+def _finish_in_finishing_order(self, seq, finished):
+    """Reports a request's samples in the order they finished, not by sample index."""
+    self.cache.free(seq.seq_id)
+    self.running.remove(seq)
+    samples = self.finished_samples[seq.request_id]
+    samples[seq.sample_index] = seq.output
+    if len(samples) == seq.n:
+        finished[seq.request_id] = list(samples.values())
+        del self.finished_samples[seq.request_id]
+
+
+def _make_room_dropping_entries_in_use(self, blocks):
+    """An eviction loop of the engine's own: pops the least recently used prefix entries, in use or not,
+    until enough blocks are free. An entry a running sequence holds frees nothing, and its prefix is lost."""
+    entries, allocator = self.prefix_cache.entries, self.cache.allocator
+    while allocator.num_free < blocks and entries:
+        _, block = entries.popitem(last=False)
+        allocator.release(block)
+    return allocator.num_free >= blocks
+
+
 def _reserve_nothing(self, plan):
     return plan
 
@@ -384,6 +405,7 @@ WRONG = {
     "decoders_only_with_leftover_budget": dict(_plan=_plan_prefill_first),
     "rejects_requests_that_fit_later": dict(add_request=_add_request_rejecting_busy),
     "fork_by_shallow_copy": dict(_fork_samples=_fork_by_shallow_copy),
+    "drops_prefix_entries_in_use": dict(_make_room=_make_room_dropping_entries_in_use),
 }
 
 MESSAGES = {
@@ -422,6 +444,10 @@ MESSAGES = {
     "decoders_only_with_leftover_budget": ("batching", ["every running sequence decodes", "before any prompt chunk"]),
     "rejects_requests_that_fit_later": ("rejection", ["refuse only requests that can never fit", "whole pool"]),
     "fork_by_shallow_copy": ("sampling", ["own output list", "copy.copy"]),
+    "drops_prefix_entries_in_use": (
+        "preemption",
+        ["never drop a prefix entry in use", "freed no block", "later requests with this prefix miss it"],
+    ),
 }
 
 

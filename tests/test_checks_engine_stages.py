@@ -190,7 +190,7 @@ WRONG = {
     "admits_without_spare": (
         "admission",
         dict(_admit=_admit_without_spare),
-        ["admit only with room", "plus 1% of the pool kept spare (1)"],
+        ["admit only with room", "plus 1% of the pool kept spare (1 of its 100 blocks, rounded down"],
     ),
     "ignores_step_budget": ("plan", dict(_plan=E._plan_without_budget), ["token budget", "budget left"]),
     "ignores_chunk_size": ("plan", dict(_plan=E._plan_without_chunks), ["chunk size", "min(chunk_size"]),
@@ -245,6 +245,11 @@ WRONG = {
         dict(_fork_samples=_fork_leaving_parent_unforked),
         ["parent.forked", "not forked again"],
     ),
+    "samples_reported_in_finishing_order": (
+        "fork",
+        dict(_finish=E._finish_in_finishing_order),
+        ["reported in the order the samples finished, not by sample index", "finished_samples[request_id]"],
+    ),
 }
 
 
@@ -296,3 +301,43 @@ def test_a_num_cached_that_lies_is_refused(failing_message):
     wrong = type("forgets_the_hit", (solution(NOTEBOOK, "EngineAdmission"),), dict(_admit=_admit_forgetting_the_hit))
     message = failing_message(check_engine_admission, wrong, *_partners())
     assert "seq.num_cached of 'a'" in message and "EqualsAnything" in message, message
+
+
+# --------------------------------------------------------------------------- issue 25: the spare 1%, rounded either way
+
+
+def _admit_keeping_spare(rounding):
+    """The instructor's admission with the 1% spare rounded by ``rounding`` (the notebook accepts any)."""
+
+    def _admit(self):
+        while self.waiting:
+            seq = self.waiting[0]
+            reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+            promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+            spare = rounding(len(self.cache.allocator.refs) / 100)
+            if self.running and not self._make_room(promised + self._blocks_to_come(seq) + spare):
+                self.cache.free(seq.seq_id)
+                break
+            seq.num_cached = reused
+            self.waiting.popleft()
+            self.running.append(seq)
+            self.metrics.record_admission(seq, reused)
+
+    return _admit
+
+
+@pytest.mark.parametrize("rounding", ["floor", "ceil", "round"])
+def test_the_spare_may_be_rounded_down_or_up(rounding):
+    import math
+
+    how = {"floor": math.floor, "ceil": math.ceil, "round": round}[rounding]
+    stage = type(f"spare_{rounding}", (solution(NOTEBOOK, "EngineAdmission"),), dict(_admit=_admit_keeping_spare(how)))
+    check_engine_admission(stage, *_partners())
+
+
+def test_too_small_a_spare_is_named_with_its_count(failing_message):
+    """Keeping no spare in a pool of 100 (where 1% is 1 block however it is rounded) fails, naming the
+    spare block count the rule asked for and the pool it is 1% of."""
+    stage = type("no_spare", (solution(NOTEBOOK, "EngineAdmission"),), dict(_admit=_admit_keeping_spare(lambda _: 0)))
+    message = failing_message(check_engine_admission, stage, *_partners())
+    assert "kept spare (1 of its 100 blocks, rounded down; rounding up is accepted too)" in message, message

@@ -87,8 +87,18 @@ def make_remember(
     return remember
 
 
-def make_evict(only_unused=True, stop_when_enough=True):
+def make_evict(only_unused=True, stop_when_enough=True, short="free what it can"):
+    """evict with one mistake. ``short``: what it does when fewer blocks can be freed than asked, "free
+    what it can" or "refuse first" (both right: MemoryError with nothing changed), "raise after" (wrong:
+    MemoryError after dropping entries) or "always raise" (wrong: MemoryError whenever nothing is free)."""
+
     def evict(self, blocks_wanted):
+        allocator = self.cache.allocator
+        if short == "always raise" and allocator.num_free < blocks_wanted:
+            raise MemoryError(f"only {allocator.num_free} blocks are free")
+        possible = allocator.num_free + sum(1 for block in self.entries.values() if allocator.refs[block] == 1)
+        if short == "refuse first" and possible < blocks_wanted:
+            raise MemoryError(f"only {possible} blocks can be freed")
         for entry in list(self.entries):
             if stop_when_enough and self.cache.allocator.num_free >= blocks_wanted:
                 break
@@ -96,6 +106,8 @@ def make_evict(only_unused=True, stop_when_enough=True):
             if self.cache.allocator.refs[block] == 1 or not only_unused:
                 del self.entries[entry]
                 self.cache.allocator.release(block)
+        if short == "raise after" and allocator.num_free < blocks_wanted:
+            raise MemoryError(f"only {allocator.num_free} blocks could be freed")
 
     return evict
 
@@ -129,6 +141,8 @@ WRONG = {
     "attach_without_share": dict(attach=make_attach(share=False)),
     "remember_shares_again": dict(remember=make_remember(skip_cached=False)),
     "evicts_everything": dict(evict=make_evict(stop_when_enough=False)),
+    "evict_raises_after_dropping": dict(evict=make_evict(short="raise after")),
+    "evict_raises_when_it_could_free_enough": dict(evict=make_evict(short="always raise")),
 }
 
 MESSAGES = {
@@ -163,6 +177,12 @@ MESSAGES = {
     "attach_without_share": ["attach must share() each reused block"],
     "remember_shares_again": ["must not take a second reference"],
     "evicts_everything": ["exactly one cached block dropped", "then stops"],
+    "evict_raises_after_dropping": [
+        "evict(12) with 9 block(s) free at most",
+        "MemoryError, after changing: reference counts",
+        "raise MemoryError before dropping anything",
+    ],
+    "evict_raises_when_it_could_free_enough": ["got:      MemoryError", "frees enough"],
 }
 
 
@@ -239,3 +259,12 @@ def test_hidden_scenarios_catch_an_attach_that_looks_at_three_blocks_only():
     seed, message = messages[0]
     assert message.startswith("a hidden scenario failed: prompts "), message
     assert str(seed) not in message and "expected:" not in message, message
+
+
+def test_evict_may_refuse_what_it_cannot_free_with_nothing_changed(right):
+    """Notebook 05: when fewer blocks can be freed than asked, evict frees what it can and returns, or
+    raises MemoryError having changed nothing. Both designs pass (issue 25)."""
+    refusing = variant(right, "refuses_first", evict=make_evict(short="refuse first"))
+    for seed in (0, 1, 2026):
+        check_prefix_cache(refusing, right[1], seed=seed)
+    check_prefix_cache(refusing, right[1], seed=77, hidden=True)

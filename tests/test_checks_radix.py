@@ -83,6 +83,28 @@ def split_new_lower(self, node, blocks_kept):
     return node
 
 
+def split_losing_the_lower_part(self, node, blocks_kept):
+    """Puts the upper part in the parent's place but never hangs the node itself (the edge's tail) below it."""
+    cut = blocks_kept * self.block_size
+    upper = type(node)(node.tokens[:cut], node.blocks[:blocks_kept], node.parent, node.last_used)
+    upper.lock_count = node.lock_count
+    node.parent.children[node.tokens[: self.block_size]] = upper
+    node.tokens, node.blocks, node.parent = node.tokens[cut:], node.blocks[blocks_kept:], upper
+    return upper
+
+
+def split_keeping_one_block_below(self, node, blocks_kept):
+    """The lower part keeps only the first block after the cut: the rest of the edge is lost."""
+    cut, size = blocks_kept * self.block_size, self.block_size
+    upper = type(node)(node.tokens[:cut], node.blocks[:blocks_kept], node.parent, node.last_used)
+    upper.lock_count = node.lock_count
+    node.parent.children[node.tokens[:size]] = upper
+    upper.children[node.tokens[cut : cut + size]] = node
+    node.tokens, node.blocks = node.tokens[cut : cut + size], node.blocks[blocks_kept : blocks_kept + 1]
+    node.parent = upper
+    return upper
+
+
 def split_without_lock_count(self, node, blocks_kept):
     upper = type(self).__mro__[1]._split(self, node, blocks_kept)
     upper.lock_count = 0
@@ -159,6 +181,8 @@ WRONG = {
     "split_swaps_blocks": dict(_split=split_swapping_blocks),
     "split_keeps_node_as_upper": dict(_split=split_new_lower),
     "split_forgets_lock_count": dict(_split=split_without_lock_count),
+    "split_loses_lower_part": dict(_split=split_losing_the_lower_part),
+    "split_loses_tail_blocks": dict(_split=split_keeping_one_block_below),
     "evicts_inner_node": dict(eviction_candidate=make_candidate(leaves_only=False)),
     "evicts_locked_node": dict(eviction_candidate=make_candidate(unlocked_only=False)),
     "evicts_everything": dict(evict=evict_everything),
@@ -175,6 +199,12 @@ MESSAGES = {
     "split_swaps_blocks": ["holding the keys of", "a split cuts the edge's tokens and its blocks"],
     "split_keeps_node_as_upper": ["locked still ending after its", "keeps the node itself as the lower part"],
     "split_forgets_lock_count": ["lock_count 1", "gives the new upper node the lower node's count"],
+    "split_loses_lower_part": ["match(B)", "the split lost the rest of the edge", "left the tree", "a split must keep"],
+    "split_loses_tail_blocks": [
+        "the split lost the rest of the edge",
+        "block(s) [2] left the tree",
+        "a split must keep",
+    ],
     "evicts_inner_node": ["still hold the cache's reference", "evict removes leaves only"],
     "evicts_locked_node": ["left the tree", "evict skips any node whose lock_count is above 0"],
     "evicts_everything": ["one leaf of 2 blocks evicted", "stops as soon as"],
@@ -218,6 +248,8 @@ def test_check_names_the_bug(bug, right, failing_message):
     for words in MESSAGES[bug]:
         assert words in message, f"{bug}: {words!r} not in\n{message}"
     assert "expected:" in message and "hint:" in message
+    if bug.startswith("split_loses"):  # a split that loses its tail, not blamed on evict
+        assert "evict" not in message, message
 
 
 def test_check_is_quiet(right, capsys):

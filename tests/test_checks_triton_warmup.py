@@ -162,6 +162,26 @@ def softmax_store_unmasked(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr
         tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l)
 
 
+@triton.jit
+def softmax_store_with_input_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
+    """Masked everywhere, but rows are stored where x's rows start (out is contiguous)."""
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    m = -float("inf")
+    l = 0.0
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(tile, axis=0))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
+        m = m_new
+    for start in range(0, cols, BLOCK):
+        offsets = start + lanes
+        mask = offsets < cols
+        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
+        tl.store(out_ptr + row * stride_row + offsets, tl.exp(tile - m) / l, mask=mask)
+
+
 # --------------------------------------------------------------------------- the tests
 
 
@@ -197,7 +217,20 @@ WRONG = [
     (check_softmax_kernel, "softmax", "softmax_kernel", softmax_other_zero, ["loaded as 0", "-inf"]),
     (check_softmax_kernel, "softmax", "softmax_kernel", softmax_without_max, ["overflows", "subtract the running max"]),
     (check_softmax_kernel, "softmax", "softmax_kernel", softmax_store_unmasked, ["outside `out`", "mask the store"]),
+    (
+        check_softmax_kernel,
+        "softmax",
+        "softmax_kernel",
+        softmax_store_with_input_stride,
+        ["x's row stride", "the store used stride_row", "out_ptr + row * cols + offsets"],
+    ),
 ]
+
+
+def test_the_wrong_stride_is_not_blamed_on_a_mask(failing_message):
+    wrong = launcher_with("softmax", "softmax_kernel", softmax_store_with_input_stride)
+    message = strip_ansi(failing_message(check_softmax_kernel, wrong))
+    assert "mask the store" not in message, message
 
 
 @pytest.mark.parametrize(

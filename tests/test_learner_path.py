@@ -1,6 +1,7 @@
-"""The learner's path, fast (no JupyterLab, no nbgrader run): Run All over unfinished code, what a
-check prints, graded runs, the workspace that keeps the learner's edits, and the fallback to a
-published solution (04 graded with the course's 03 when the learner's 03 is unfinished).
+"""The learner's path, fast (no JupyterLab, no nbgrader run): Run All over unfinished code (every
+notebook as released, in one kernel), what a check prints, graded runs, the workspace that keeps the
+learner's edits, and the fallback to a published solution (04 graded with the course's 03 when the
+learner's 03 is unfinished).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client import KernelManager
+from nbclient import NotebookClient
 
 import paged_helpers as ph
 from paged_helpers.checks import check_block_allocator, check_copy_on_write, check_physical_slot
@@ -109,6 +112,97 @@ def test_code_loaded_from_an_earlier_notebook_points_there(tmp_path, capsys):
     with ph.try_it():
         allocator(4)
     assert "in 02_block_allocator.ipynb is not implemented yet: finish it in that notebook" in capsys.readouterr().out
+
+
+# --- Run All on every notebook as released ----------------------------------------------------
+
+RELEASED = sorted(path.stem for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+# Between notebooks: a fresh namespace, and the little state a notebook leaves in the helpers (the
+# names skipped "Try it" cells did not make, shown hints, open figures). The appended "default"
+# warning filter changes no warning's fate; adding a filter makes Python forget which warnings it
+# has shown, so each notebook's warnings reach its stderr as they would in a fresh kernel.
+RESET = """\
+%reset -f
+import os, warnings
+import matplotlib.pyplot
+from paged_helpers import unfinished
+from paged_helpers.checks.report import HINT_TIERS
+matplotlib.pyplot.close("all")
+unfinished._NOT_MADE.clear()
+HINT_TIERS.forget()
+warnings.simplefilter("default", append=True)
+os.chdir({folder!r})
+%reset -f
+"""
+
+
+@pytest.fixture(scope="module")
+def released_workspace(tmp_path_factory):
+    """Every notebook as a class receives it, side by side as in a fresh workspace/, and one kernel
+    started there. One kernel for all of them: a kernel start and the imports of torch, Triton and
+    matplotlib cost several seconds a notebook, and the browser test runs some in fresh kernels."""
+    folder = tmp_path_factory.mktemp("workspace")
+    for name in RELEASED:
+        write_release(name, folder)
+    kernel = KernelManager(kernel_name="python3")
+    # A learner's run, not a graded one, whatever ran in this process before.
+    kernel.start_kernel(cwd=str(folder), env={k: v for k, v in os.environ.items() if k != GRADED_ENV})
+    try:
+        yield folder, kernel
+    finally:
+        kernel.shutdown_kernel(now=True)
+
+
+def run_all(notebook, folder: Path, kernel: KernelManager):
+    client = NotebookClient(
+        notebook, km=kernel, timeout=300, allow_errors=True, resources={"metadata": {"path": str(folder)}}
+    )
+    client.execute()
+    return notebook
+
+
+@pytest.mark.parametrize("name", RELEASED)
+def test_run_all_on_a_fresh_notebook_reaches_the_end(name, released_workspace):
+    """No cell raises or writes to stderr, and every check cell says "not implemented yet"."""
+    folder, kernel = released_workspace
+    reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(RESET.format(folder=str(folder)))])
+    run_all(reset, folder, kernel)
+    notebook = run_all(nbformat.read(folder / f"{name}.ipynb", as_version=4), folder, kernel)
+    code = [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    for index, cell in code:
+        for output in cell.outputs:
+            assert output.output_type != "error", f"{name}, cell {index} raised:\n" + strip_ansi(
+                "\n".join(output.traceback)
+            )
+            assert not (output.output_type == "stream" and output.name == "stderr"), (
+                f"{name}, cell {index} wrote to stderr:\n{output.text}"
+            )
+    checks = [(index, cell) for index, cell in code if cell.metadata.get("nbgrader", {}).get("grade")]
+    assert checks, f"{name} has no check cell"
+    for index, cell in checks:
+        text = "".join(output.get("text", "") for output in cell.outputs)
+        assert "not implemented yet" in text, f"{name}, check cell {index} printed:\n{text}"
+
+
+def test_a_cell_that_loads_an_earlier_notebook_and_runs_learner_code_is_a_try_it_cell():
+    """Notebook 10's model demo loaded 05's class in the cell that builds 04's cache: Run All stopped there."""
+    from tools import learner_cells
+
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import paged_helpers as ph"),
+            nbformat.v4.new_code_cell('Cache = ph.load_from_notebook("04_fork_and_copy_on_write", "PagedKVCache")'),
+            nbformat.v4.new_code_cell(
+                'earlier = {"Prefix": ph.load_from_notebook("05_prefix_caching", "PrefixCache")}\n'
+                "cache = Cache(layers=1, num_blocks=4, block_size=4, kv_heads=1, head_dim=2)"
+            ),
+        ]
+    )
+    assert learner_cells.learner_notebook(notebook)
+    assert notebook.cells[1].source.startswith("Cache = ")  # only loads: nothing to wrap
+    assert notebook.cells[2].source.startswith("with ph.try_it():\n    earlier = ")
+    assert learner_cells.main(["--check"]) == 0, "run tools/learner_cells.py"
 
 
 # --- checks: unfinished, graded, passing, failing -------------------------------------------

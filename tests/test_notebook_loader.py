@@ -117,3 +117,53 @@ def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
 
     with pytest.raises(NotImplementedYet, match="Replace `raise NotImplementedError\\(\\)` in its cell"):
         call_learner("fork", typed_here)
+
+
+# --------------------------------------------------------------------------- issue 25: nbformat 3 notebooks
+
+_CLEAN_RUN_OF_A_V3_NOTEBOOK = """
+import sys
+sys.path[:0] = [sys.argv[2], sys.argv[3]]  # this tree's paged_helpers, and autograde/
+from paged_grading import opinion_runner  # records the import system, as the clean run does first
+
+module = opinion_runner.load_definitions(sys.argv[1], module_name="learner_submission")
+changes = opinion_runner._restore_import_system()
+assert changes == [], changes
+assert opinion_runner.load_definitions.__module__ == "paged_helpers.notebook_loader"
+opinion_runner.CHECKS["check_block_allocator"](module.BlockAllocator, seed=5)
+print("clean", "nbformat" in sys.modules)
+"""
+
+
+def test_a_version_3_notebook_loads_without_touching_the_import_system(tmp_path):
+    """Notebook 02 saved as nbformat 3 (JupyterLab still writes it for an old notebook): its definitions
+    load as from version 4, and the grader's clean run sees no change to sys.meta_path while they load
+    (nbformat's import would append six's importer there, read as the student's import finder)."""
+    import subprocess
+    import sys
+
+    from conftest import NOTEBOOKS, ROOT
+
+    solved = nbformat.read(NOTEBOOKS / "02_block_allocator.ipynb", as_version=4)
+    path = tmp_path / "02_block_allocator.ipynb"
+    nbformat.write(nbformat.convert(solved, 3), path, version=3)
+    assert '"worksheets"' in path.read_text() and '"nbformat": 3' in path.read_text()
+    run = subprocess.run(
+        [sys.executable, "-c", _CLEAN_RUN_OF_A_V3_NOTEBOOK, str(path), str(ROOT), str(ROOT / "autograde")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "clean False" in run.stdout, run.stdout
+
+
+def test_a_version_3_notebook_gives_the_same_definitions(tmp_path):
+    from conftest import NOTEBOOKS
+
+    solved = nbformat.read(NOTEBOOKS / "02_block_allocator.ipynb", as_version=4)
+    nbformat.write(nbformat.convert(solved, 3), tmp_path / "02_block_allocator.ipynb", version=3)
+    allocator_class = load_from_notebook("02_block_allocator", "BlockAllocator", search=[tmp_path])
+    pool = allocator_class(3)
+    assert pool.allocate() == 0 and list(pool.free) == [1, 2] and pool.refs == [1, 0, 0]

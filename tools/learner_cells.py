@@ -10,7 +10,8 @@ Two edits, decided from the notebook itself, never from a list of cells kept by 
 * A "Try it" cell (not a solution or graded cell, and not one that calls a check: checks
   report unfinished code themselves) that uses a name the learner defines (in a
   solution cell, or loaded from an earlier notebook with ``load_from_notebook``), or a name
-  made by an earlier "Try it" cell, is wrapped in ``with ph.try_it(...):`` so that an
+  made by an earlier "Try it" cell, is wrapped in ``with ph.try_it(...):`` (a cell that also loads
+  from an earlier notebook too: only a cell that does nothing but load is left alone) so that an
   unfinished stub prints one line instead of stopping Run All (see paged_helpers/unfinished.py).
   A cell that ends in a bare expression (a widget, a figure) displays it explicitly, since
   inside a ``with`` block IPython would not. Cells that show a plot, widget or demo name it, so
@@ -173,9 +174,11 @@ def learner_notebook(notebook) -> bool:
             changed |= new != cell.source
             cell.source = new
             continue
+        runs_learner_code = bool(_used_names(tree, top_level_only=True) & learner_names)
         if _loads_earlier_notebook(tree):
             learner_names |= top_level_names(tree)
-            continue
+            if not runs_learner_code:  # only loads: nothing in it can hit a stub
+                continue
         made = top_level_names(tree)
         if _used_names(tree) & learner_names:
             learner_names |= made

@@ -15,29 +15,57 @@ against exact counts.
 from __future__ import annotations
 
 import random
+from collections import deque
 
 from ..pool_invariant import PoolReading
 from .report import Hint, call_learner, check, expect_raise, fail, run_hidden_scenarios
-from .strict import learner_int, learner_int_list
+from .strict import learner_int, learner_int_list, look_alike, type_name
 
 __all__ = ["check_block_allocator"]
 
 
+def _member(allocator: object, name: str, scenario: str) -> object:
+    """``allocator.name``, with a clear message when it is missing or when reading it raises (a property)."""
+    if name not in getattr(allocator, "__dict__", {}) and not hasattr(type(allocator), name):
+        fail(
+            scenario,
+            f"an attribute `{name}`",
+            "no such attribute",
+            f"BlockAllocator needs `{name}` (see the table at the top of the notebook).",
+        )
+    try:
+        return getattr(allocator, name)
+    except Exception:  # a property of the learner's raised: read it again to name the error
+        return call_learner(f"reading `{name}`", getattr, allocator, name, scenario=scenario)
+
+
+# The containers `free` may be: the notebook asks for a deque; a list or tuple reads the same way.
+_FREE_LIST_TYPES = (deque, list, tuple)
+
+
+def _free_list(value: object, scenario: str) -> list[int]:
+    """``free`` in order. A set or dict (or any other plain container) is a wrong design, named as such;
+    a look-alike built to answer comparisons is refused by ``learner_int_list``."""
+    if type(value) not in _FREE_LIST_TYPES and not look_alike(value):
+        fail(
+            f"{scenario}: `free`",
+            "a collections.deque of the free block ids (a list is read the same way)",
+            f"a value of type {type_name(value)}",
+            Hint(
+                "the free list is a queue: allocate() takes from its front, release() appends at its back, "
+                "and the checks (and the later notebooks) read it as an ordered sequence of block ids, in "
+                "which a block appearing twice is a bug to be seen, not hidden as a set would hide it",
+                "self.free = deque(range(num_blocks)); allocate: self.free.popleft(); release: self.free.append(block)",
+            ),
+        )
+    return learner_int_list(value, "free", scenario)
+
+
 def _state(allocator: object, scenario: str) -> tuple[list[int], list[int], int]:
     """(free ids in order, refs, num_free), with a clear message when an attribute is missing."""
-    for name in ("free", "refs", "num_free"):
-        if not hasattr(allocator, name):
-            fail(
-                scenario,
-                f"an attribute `{name}`",
-                "no such attribute",
-                f"BlockAllocator needs `{name}` (see the table at the top of the notebook).",
-            )
-    return (
-        learner_int_list(allocator.free, "free", scenario),
-        learner_int_list(allocator.refs, "refs", scenario),
-        learner_int(allocator.num_free, "num_free", scenario),
-    )
+    free = _free_list(_member(allocator, "free", scenario), scenario)
+    refs = learner_int_list(_member(allocator, "refs", scenario), "refs", scenario)
+    return free, refs, learner_int(_member(allocator, "num_free", scenario), "num_free", scenario)
 
 
 def _verify(allocator: object, expected_refs: list[int], scenario: str, lost_hint: str | Hint = "") -> None:
@@ -130,7 +158,7 @@ def _allocate(allocator: object, refs: list[int], scenario: str) -> int:
                 "block = self.free.popleft()",
             ),
         )
-    free = learner_int_list(allocator.free, "free", scenario)
+    free = _free_list(_member(allocator, "free", scenario), scenario)
     if block in free:
         fail(
             f"{scenario}: allocate() returned block {block}",

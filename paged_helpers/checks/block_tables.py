@@ -4,7 +4,9 @@ The learner writes ``physical_slot(table, position, block_size) -> (physical_blo
 position p is in physical block ``table[p // block_size]`` at offset ``p % block_size``. The
 check covers the chapter's example, every position of seeded scrambled (non-contiguous,
 out-of-order) tables for several block sizes, positions exactly on block boundaries, and bad
-positions (and a block size of 0) that must raise instead of returning a plausible wrong slot.
+positions (and a block size of 0) that must raise instead of returning a plausible wrong slot: a
+``ValueError`` whose message names the argument that is wrong (``position`` or ``block_size``), as
+the notebook asks. An ``IndexError`` from ``table[...]`` is not enough: it means nothing checked.
 
 The stretch exercise (not graded), ``utilization_sweep(lengths, block_sizes)``, is checked on
 lengths that fill their blocks exactly, one token, and both sides of a block boundary, where
@@ -14,6 +16,7 @@ goes wrong.
 
 from __future__ import annotations
 
+import linecache
 import operator
 import random
 from collections.abc import Callable
@@ -100,6 +103,22 @@ def _expect_slot(physical_slot: Callable, table: list[int], position: int, block
         fail(scenario, expected, got, _diagnose(table, position, block_size, got))
 
 
+def _names(message: str, argument: str) -> bool:
+    """Whether an error message names ``argument`` (``block_size`` may be written "block size")."""
+    message = message.lower()
+    return argument in message or argument.replace("_", " ") in message
+
+
+def _raised_on_purpose(error: BaseException) -> bool:
+    """Whether the learner's own ``raise`` statement raised ``error`` (not a subscript of theirs)."""
+    last = error.__traceback__
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    if last is None:
+        return False
+    return linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno).strip().startswith("raise")
+
+
 def _expect_refused(
     physical_slot: Callable,
     table: list[int],
@@ -108,34 +127,59 @@ def _expect_refused(
     why: str,
     argument: str = "position",
 ) -> None:
+    """The notebook's contract: a ValueError whose message names the argument that is wrong."""
     scenario = f"physical_slot(table={table}, position={position}, block_size={block_size}) ({why})"
+    expected = f"ValueError naming `{argument}`"
     try:
         result = physical_slot(list(table), position, block_size)
     except NotImplementedError:
         call_learner("physical_slot", physical_slot, list(table), position, block_size)
-    except (ValueError, IndexError):
-        return
-    except Exception as error:
-        fail(
-            scenario,
-            f"ValueError naming `{argument}`",
-            f"{type(error).__name__}: {error}",
-            f"check {argument} before using it, and raise ValueError when it is out of range.",
-        )
-    else:
-        if argument == "block_size":
-            hint = "a block holds at least one token: raise ValueError when block_size < 1."
-        elif position < 0:
+    except ValueError as error:
+        if _names(str(error), argument):
+            return
+        if argument == "block_size" and _names(str(error), "position"):
             hint = (
-                "Python accepts negative indexes, so table[-1] silently returns the last block: test "
-                "0 <= position < len(table) * block_size yourself and raise ValueError."
+                "your message blames `position`, but the block size is what is wrong: with block_size = 0 the "
+                "table holds no positions at all, so every position looks out of range. Check block_size first "
+                "and raise ValueError naming `block_size`."
             )
         else:
             hint = (
-                "this position is past the last block of the table: raise ValueError (a plain table[...] "
-                "would raise IndexError, which is acceptable too)."
+                f"the ValueError is right, but its message must say which argument is wrong: put `{argument}` "
+                f"in it, e.g. ValueError(f\"{argument} {{{argument}}} is out of range\")."
             )
-        fail(scenario, f"ValueError naming `{argument}`", f"returned {result!r}", hint)
+        fail(scenario, expected, f"ValueError: {error}", hint)
+    except IndexError as error:
+        if _raised_on_purpose(error):
+            hint = f"the notebook asks for ValueError here, not IndexError: raise ValueError naming `{argument}`."
+        else:
+            hint = (
+                "nothing checked the position before table[...] ran off the end of the table (that is where the "
+                "IndexError comes from): test 0 <= position < len(table) * block_size first and raise ValueError "
+                "naming `position`, as the notebook asks."
+            )
+        fail(scenario, expected, f"IndexError: {error}", hint)
+    except Exception as error:
+        fail(
+            scenario,
+            expected,
+            f"{type(error).__name__}: {error}",
+            f"check {argument} before using it, and raise ValueError naming `{argument}` when it is out of range.",
+        )
+    else:
+        if argument == "block_size":
+            hint = "a block holds at least one token: raise ValueError naming `block_size` when block_size < 1."
+        elif position < 0:
+            hint = (
+                "Python accepts negative indexes, so table[-1] silently returns the last block: test "
+                "0 <= position < len(table) * block_size yourself and raise ValueError naming `position`."
+            )
+        else:
+            hint = (
+                "this position is past the last block of the table: test 0 <= position < len(table) * block_size "
+                "and raise ValueError naming `position`."
+            )
+        fail(scenario, expected, f"returned {result!r}", hint)
 
 
 @check(notebook="01_block_tables", builds="physical_slot")

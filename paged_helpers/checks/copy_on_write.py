@@ -10,7 +10,8 @@ check_copy_on_write(PagedKVCache, seed=0)
     runs, seeded, in the orders where sharing bugs show: a fork written by both sides, a fork of a
     fork with children writing in turn, the parent freed first, a prompt filling whole blocks, a
     child whose first write runs from the shared partial block into a new one, a pool too small
-    for a copy plus a new block.
+    for a copy plus a new block, a fork made after the parent reserved room it has not written yet
+    (the child's write then lands in two shared blocks, not only the one holding its length).
 
 check_fork_logits(PagedKVCache, seed=0)
     The milestone: the tiny Qwen3 prefills a prompt on the learner's cache, the sequence is
@@ -69,6 +70,12 @@ CROSSING_HINT = Hint(
     "block was appended (the table's last block is then a fresh one, never shared)",
     "in reserve, before appending: for i in range(lengths[seq] // block_size, len(table)), copy table[i] if "
     "its refcount is above 1; then append the missing blocks",
+)
+RESERVED_ROOM_HINT = Hint(
+    "room reserved before a fork is shared like the rest of the table, so a write can land in several shared "
+    "blocks: each one among positions [length, length + new_tokens) needs a copy (blocks_to_copy lists them all)",
+    "in blocks_to_copy: for i in range(lengths[seq] // block_size, min(len(table), "
+    "blocks_needed(lengths[seq] + new_tokens))), list i if allocator.refs[table[i]] > 1",
 )
 ALL_OR_NOTHING_HINT = Hint(
     "a reserve that cannot be completed must change nothing, so it has to know what it needs before it "
@@ -193,6 +200,11 @@ class _Scene:
 
     def write(self, seq: str, count: int) -> None:
         """reserve(seq, count) checked block by block, then the stand-in forward pass writes."""
+        self.reserve(seq, count)
+        self._store(seq, count)
+
+    def reserve(self, seq: str, count: int) -> None:
+        """reserve(seq, count), checked block by block; nothing is written (the room stays empty)."""
         cache, what = self.cache, f"reserve({seq!r}, {count})"
         where = f"{self.scenario}, {what}"
         length, before = self._length(seq), self._tables()[seq]
@@ -235,18 +247,26 @@ class _Scene:
             others = self.holders(block, besides=seq)
             if others:
                 crossed = index < len(before) < written.stop  # the write ran on into appended blocks
+                if index > written.start:  # past the block holding position `length`: reserved earlier
+                    hint = _after(
+                        f"the write runs on from table index {written.start} into index {index}, room reserved "
+                        f"before the fork and not yet written: reserve copied only the block holding position {length}",
+                        RESERVED_ROOM_HINT,
+                    )
+                elif crossed:
+                    hint = _after(
+                        f"the write starts in shared block {block} and runs on into {written.stop - len(before)} "
+                        "new block(s)",
+                        CROSSING_HINT,
+                    )
+                else:
+                    hint = COPY_HINT
                 fail(
                     where,
                     f"position(s) {length}..{length + count - 1} of {seq!r} in blocks only {seq!r} uses",
                     f"block {block} (table index {index}) is still shared with {others}, refcount "
                     f"{self._refs()[block]}",
-                    _after(
-                        f"the write starts in shared block {block} and runs on into {written.stop - len(before)} "
-                        "new block(s)",
-                        CROSSING_HINT,
-                    )
-                    if crossed
-                    else COPY_HINT,
+                    hint,
                 )
         used = free_before - self._num_free()
         if used != len(shared) + wanted_new:
@@ -265,7 +285,6 @@ class _Scene:
             too_low="each copy is a fresh block with count 1, and the shared block loses only this "
             "sequence's reference",
         )
-        self._store(seq, count)
 
     def refused_write(self, seq: str, count: int, free_blocks: int, needed: int) -> None:
         """reserve(seq, count) must raise MemoryError and leave everything as it was."""
@@ -449,6 +468,20 @@ def _no_room_for_copy_and_block(PagedKVCache: Any, rng: random.Random) -> None:
     scene.finish()
 
 
+def _forked_after_room_was_reserved(PagedKVCache: Any, rng: random.Random) -> None:
+    prompt = rng.choice(PARTIAL_PROMPTS)
+    room = BLOCK - prompt % BLOCK + 1 + rng.randrange(BLOCK - 1)  # the partial block and part of one more
+    scene = _Scene(
+        PagedKVCache, 16, f"a {prompt}-token parent that reserved room for {room} tokens, forked before writing them"
+    )
+    scene.start("parent", prompt)
+    scene.reserve("parent", room)  # the engine's reserve, then (here) a fork before the forward pass
+    scene.fork("parent", "child")
+    scene.write("child", room)  # both blocks of the room are shared: two copies
+    scene.write("parent", room)  # now the only owner of both: in place
+    scene.finish()
+
+
 # The scenarios check_copy_on_write runs, in order (a bug fails in the first one that shows it).
 SCENARIOS = (
     _forked_once,
@@ -457,6 +490,7 @@ SCENARIOS = (
     _whole_blocks_forked,
     _first_write_runs_into_a_new_block,
     _no_room_for_copy_and_block,
+    _forked_after_room_was_reserved,
 )
 
 

@@ -14,7 +14,8 @@ Rules (the names appear in the messages):
   undo a refused admission   a sequence left waiting is not in the cache
   admit only with room   after admission, the free blocks cover what every prefilling
                          sequence still has to allocate, plus 1% of the pool kept spare for
-                         the decoders (the forced admission of an idle engine excepted)
+                         the decoders (len(pool) // 100 at least: rounding up is accepted too;
+                         the forced admission of an idle engine excepted)
   prefix hits that stick     metrics count the reused tokens of admitted sequences only
   every running sequence decodes   each decoding sequence gets one token in every plan
   chunk size / token budget        prefill chunks, oldest first, each
@@ -24,11 +25,14 @@ Rules (the names appear in the messages):
   preempt the newest               the victim is the newest running sequence
   preempted to the front           victims wait at the front of the queue, oldest first
   never evict blocks in use        an eviction never takes a reference from a block in a table
+  never drop a prefix entry in use no prefix-cache entry whose block a running sequence holds
+                                   is dropped, by evict or by the engine's own code (it frees
+                                   nothing and loses the later hits)
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
@@ -97,6 +101,17 @@ def lengths(cache, scenario: str = "") -> dict[Any, int]:
     if type(value) is dict and _all(value, str) and _all(dict.values(value), int):
         return dict(value)
     return learner_dict(value, "cache.lengths", scenario, learner_int)
+
+
+def prefix_entries(prefix_cache, scenario: str = "") -> set[tuple[Any, int]] | None:
+    """The prefix cache's ``entries`` as (key, block) pairs, or None when it keeps no dict of them
+    (the rule that reads them is then skipped: notebook 05's check is where ``entries`` is required)."""
+    value = getattr(prefix_cache, "entries", None)
+    if type(value) not in (dict, OrderedDict):
+        return None
+    if _all(dict.values(value), int) and all(type(key) is tuple and _all(key, int) for key in value):
+        return set(dict.items(value))
+    return set(learner_dict(value, "prefix_cache.entries", scenario, learner_int).items())
 
 
 def seq_id(seq, scenario: str = "") -> Any:
@@ -300,13 +315,15 @@ def expect_admission(scenario: str, before: Before, engine) -> list:
     forced = 1 if not before.running else 0
     if count > forced:
         promised = sum(blocks_to_come(cache, seq, scenario) for seq in running if prefilling(seq, scenario))
-        spare = len(pool_refs(cache, scenario)) // 100
+        pool = len(pool_refs(cache, scenario))
+        spare = pool // 100  # the least the notebook accepts: rounding up keeps more, and passes too
         free = num_free(cache, scenario)
         if promised + spare > free:
             fail(
                 f"{scenario}: admit only with room",
                 f"after admitting {names(admitted)}: at least {promised + spare} free block(s), what the running "
-                f"prefills still have to allocate ({promised}) plus 1% of the pool kept spare ({spare})",
+                f"prefills still have to allocate ({promised}) plus 1% of the pool kept spare ({spare} of its "
+                f"{pool} blocks, rounded down; rounding up is accepted too)",
                 f"{free} free block(s)",
                 "before admitting a sequence, count the blocks every running prefill (and this sequence) still "
                 "needs (_blocks_to_come) and evict to make them free; if they cannot be, undo the attach and "
@@ -507,6 +524,46 @@ class Reservation:
                 f"{[(getattr(s, 'seq_id', s), c) for s, c in kept]}",
                 "_reserve returns the plan without the preempted sequences; every other chunk stays, "
                 "reserved, so no running sequence is skipped",
+            )
+
+
+@dataclass(frozen=True)
+class PrefixHeld:
+    """The prefix cache's entries and the cache's tables at one moment, for "never drop a prefix entry
+    in use": whoever drops an entry (the prefix cache's evict, or the engine's own loop)."""
+
+    entries: set | None
+    tables: dict
+
+    @classmethod
+    def of(cls, engine, scenario: str = "") -> PrefixHeld:
+        return cls(prefix_entries(engine.prefix_cache, scenario), tables(engine.cache, scenario))
+
+    def expect_kept(self, scenario: str, engine, during: str) -> None:
+        """No entry whose block a sequence held before ``during`` and still holds after it was dropped."""
+        if self.entries is None:
+            return
+        now = prefix_entries(engine.prefix_cache, scenario)
+        if now is None:
+            return
+        held = tables(engine.cache, scenario)
+        dropped = {}
+        for _, block in sorted(self.entries - now, key=lambda entry: entry[1]):
+            users = [sid for sid, table in self.tables.items() if block in table and block in held.get(sid, ())]
+            if users:
+                dropped[block] = users
+        if dropped:
+            shown = ", ".join(f"block {block} (in the table of {users})" for block, users in list(dropped.items())[:6])
+            fail(
+                f"{scenario}: never drop a prefix entry in use ({during})",
+                "prefix-cache entries dropped only when nobody else holds their block (reference count 1): "
+                "an entry whose block a running sequence holds stays cached",
+                f"{len(dropped)} entr{'y' if len(dropped) == 1 else 'ies'} dropped while a running sequence held "
+                f"the block: {shown}. That freed no block (the sequence keeps its reference), and later requests "
+                "with this prefix miss it and compute it again",
+                "make room only through prefix_cache.evict(blocks_wanted), which skips blocks in use; an eviction "
+                "loop of the engine's own that pops entries from prefix_cache.entries drops hot prefixes for "
+                "nothing",
             )
 
 

@@ -10,7 +10,8 @@ each check takes milliseconds.
   check_engine_plan        EnginePlanner._plan: decoders, chunk size, token budget
   check_engine_reserve     EngineScheduler._reserve/_preempt: room, evict before preempting,
                            the newest as victim, the queue afterwards
-  check_engine_fork        ContinuousBatchingEngine._fork_samples: n - 1 samples sharing blocks
+  check_engine_fork        ContinuousBatchingEngine._fork_samples: n - 1 samples sharing blocks;
+                           _finish: a request's samples reported by sample index
 """
 
 from __future__ import annotations
@@ -167,13 +168,16 @@ def _admission_front_door(engine_class, cache_class, prefix_class) -> None:
 
 
 def _admission_queue(engine_class, cache_class, prefix_class) -> None:
-    num_blocks = 9
+    # 10 blocks: the spare 1% is 0 blocks rounded down and 1 rounded up, and the answer is the same
+    # either way (the notebook accepts both readings): 'b' fits only by evicting 1 or 2 of the two
+    # cached blocks nobody uses, and 'c' fits in neither.
+    num_blocks = 10
     scenario = (
-        f"admission in a pool of {num_blocks} blocks of {BLOCK_SIZE}: a 12-token prompt left in the prefix "
+        f"admission in a pool of {num_blocks} blocks of {BLOCK_SIZE}: a 16-token prompt left in the prefix "
         "cache; waiting: 'a' (its first 8 tokens + 5), 'b' (20 new tokens), 'c' (its first 8 tokens + 16)"
     )
     engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    cached = _tokens(100, 12)
+    cached = _tokens(100, 16)
     _leave_in_prefix_cache(cache, prefix, "earlier", cached)
     queue = (("a", cached[:8] + _tokens(200, 5)), ("b", _tokens(300, 20)), ("c", cached[:8] + _tokens(400, 16)))
     for request_id, prompt in queue:
@@ -183,11 +187,13 @@ def _admission_queue(engine_class, cache_class, prefix_class) -> None:
     if admitted != ["a", "b"]:
         fail(
             f"{scenario}: admit while there is room",
-            "['a', 'b'] admitted: 'a' reuses 8 cached tokens and needs 2 more blocks; 'b' needs 5, which "
-            "fit once the cached block nobody uses is evicted; 'c' (4 more) does not fit",
+            "['a', 'b'] admitted: 'a' reuses 8 cached tokens and needs 2 more blocks; 'b' needs 5, which fit "
+            "once the cached blocks nobody uses are evicted, with the spare kept (1% of 10 blocks: 0 rounded "
+            "down, 1 rounded up, either is accepted); 'c' (4 more) does not fit",
             admitted,
             "admit from the front while the free blocks, after _make_room evicts from the prefix cache, "
-            "cover what the running prefills and this sequence still need; stop at the first that does not fit",
+            "cover what the running prefills and this sequence still need plus the spare 1% of the pool; "
+            "stop at the first that does not fit",
         )
 
 
@@ -446,4 +452,53 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
             f"counts {refs}, parent.forked {forked}",
             "fork each sample once through cache.fork, and mark the parent forked so it is not forked again",
         )
-    return f"{n} samples sharing {len(table)} blocks"
+    _finish_out_of_order(engine_class, cache_class, prefix_cache_class)
+    return f"{n} samples sharing {len(table)} blocks; a request whose samples finish out of order"
+
+
+def _finish_out_of_order(engine_class, cache_class, prefix_cache_class) -> None:
+    """_finish reports a request's samples by sample index, whatever order they finish in.
+
+    In the notebook's engine a request's samples usually finish together, in index order, so served
+    workloads cannot tell a report in finishing order from one by index: here they finish one per
+    step, sample 2 first."""
+    n, max_new, order = 3, 2, (2, 0, 1)
+    scenario = (
+        f"a request with n={n} whose samples finish in three steps, in the order {list(order)} "
+        "(_finish called once per sample, with that step's `finished` dict)"
+    )
+    engine, _, _ = _engine(engine_class, cache_class, prefix_cache_class, 16, scenario)
+    prompt = _tokens(1, 6)
+    what = f"add_request('s', prompt, {max_new}, n={n}, seed=5, temperature=1.0)"
+    call_learner(what, engine.add_request, "s", prompt, max_new, n, 5, 1.0, scenario=scenario)
+    waiting = rules.queue(engine, "waiting", scenario)
+    parent = waiting[0]
+    engine.waiting.remove(parent)
+    _place(engine, parent, len(prompt))
+    children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
+    samples = [parent, *learner_list(children, "what _fork_samples returned", scenario, lambda item, _w, _s: item)]
+    outputs = [[200 + 10 * index, 201 + 10 * index] for index in range(n)]
+    for sample, tokens in zip(samples, outputs, strict=True):
+        sample.output = list(tokens)  # as if decoded: max_new_tokens each, so each sample is finished
+    reported = []
+    for index in order:
+        finished: dict = {}
+        call_learner(f"_finish(sample {index}, finished)", engine._finish, samples[index], finished, scenario=scenario)
+        reported.append(rules.step_outputs(finished, scenario))
+    expected = [{}, {}, {"s": outputs}]
+    if reported != expected:
+        in_order = [outputs[index] for index in order]
+        bug = (
+            " (reported in the order the samples finished, not by sample index)"
+            if reported[-1] == {"s": in_order}
+            else ""
+        )
+        fail(
+            f"{scenario}: what _finish reported",
+            f"nothing until the last sample finishes, then {{'s': {outputs}}}: the outputs of samples 0, 1, 2, "
+            "in that order",
+            f"step by step: {reported}{bug}",
+            "a request's result lists its samples by sample_index (0 .. n - 1), whatever order they finished in: "
+            "keep each output under its index (finished_samples[request_id][seq.sample_index]) and build the "
+            "list from indices 0 .. n - 1 once all n are in",
+        )

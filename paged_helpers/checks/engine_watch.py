@@ -8,7 +8,8 @@ classes that change nothing but observe:
     the queue afterwards); the rules live in ``engine_rules``;
   * the cache: every write continues its sequence at the right positions, in blocks reserved
     beforehand and owned alone; every step computes exactly the chunks it kept; forks;
-  * the prefix cache: tokens handed out, and evictions that never touch a block in use.
+  * the prefix cache: tokens handed out, evictions that never touch a block in use, and no entry
+    whose block a running sequence holds dropped in a phase (by evict or by the engine's own code).
 
 A ``Watch`` belongs to one scenario; the engine's ``step()`` (the notebook's, unchanged) calls
 the watched phases in order.
@@ -203,9 +204,11 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             watch.phases, watch.kept = [], None
             watch.step_writes.clear()
             _expect_own_parts(self, watch)
+            held = rules.PrefixHeld.of(self, watch.where())
             # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
             finished = rules.step_outputs(super().step(), watch.where())
             _expect_own_parts(self, watch)
+            held.expect_kept(watch.where(), self, "during step()")
             _expect_step(self, watch)
             watch.step += 1
             return finished
@@ -213,8 +216,10 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
         def _admit(self):
             _expect_own_parts(self, watch)
             before = rules.Before.of(self, watch.where())
+            held = rules.PrefixHeld.of(self, watch.where())
             watch.phases.append("_admit")
             result = super()._admit()
+            held.expect_kept(watch.where(), self, "during _admit")
             rules.expect_admission(watch.where(), before, self)
             return result
 
@@ -231,10 +236,12 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             _expect_own_parts(self, watch)
             watch.phases.append("_reserve")
             watch.reservation = rules.Reservation(self, plan, watch.where())
+            held = rules.PrefixHeld.of(self, watch.where())
             try:
                 kept = super()._reserve(plan)
             finally:
                 reservation, watch.reservation = watch.reservation, None
+            held.expect_kept(watch.where(), self, "during _reserve")
             kept = rules.plan_of(kept, "what _reserve returned", watch.where())
             reservation.expect_outcome(watch.where(), self, kept)
             watch.kept = kept

@@ -11,7 +11,9 @@ check_prefix_cache(PrefixCache, PagedKVCache, seed=0)
     Scenarios: a prompt served twice (the cache's own reference keeps blocks alive; a partial
     block is never published; remembering cached blocks again takes no extra reference); a prompt
     that is entirely cached (one token is always left to prefill); blocks with the same text but
-    different histories; LRU order after a hit (with and without prefill); eviction while some cached blocks are in use;
+    different histories; LRU order after a hit (with and without prefill); eviction while some cached blocks are in use,
+    asking for more blocks than can be freed (evict frees what it can and returns, or raises
+    MemoryError having changed nothing: both pass);
     partial eviction of a 3-block prompt (served, attached without prefill, served again) and of
     two prompts sharing a root, after which every block the cache still holds must be reachable
     by attach (tails go first, so no entry outlives an earlier block); a gap before a cached
@@ -25,7 +27,7 @@ import zlib
 from array import array
 from typing import Any
 
-from .report import Hint, call_learner, check, fail, run_hidden_scenarios
+from .report import CacheSnapshot, CheckFailed, Hint, NotImplementedYet, call_learner, check, fail, run_hidden_scenarios
 from .strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
 
 __all__ = ["check_prefix_cache"]
@@ -215,8 +217,43 @@ class _Server:
         call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
         del self.prompts[seq]
 
+    def evictable(self, snapshot: CacheSnapshot) -> list[int]:
+        """Blocks held by the prefix cache alone: referenced, but in no sequence's table."""
+        in_tables = {block for table in snapshot.tables.values() for block in table}
+        return [block for block, count in enumerate(snapshot.refs) if count and block not in in_tables]
+
     def evict(self, blocks_wanted: int) -> None:
-        call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
+        """``evict(blocks_wanted)``, either way notebook 05 allows when fewer blocks can be freed than
+        asked: drop every entry nobody else uses and return, or raise MemoryError having changed
+        nothing. After such a refusal the check asks for what can be freed, so the scenario goes on
+        as after the first design."""
+        before = CacheSnapshot.of(self.cache)
+        possible = len(before.free) + len(self.evictable(before))
+        try:
+            call_learner(f"evict({blocks_wanted})", self.prefixes.evict, blocks_wanted, scenario=self.scenario)
+        except CheckFailed as error:
+            if not isinstance(error.__cause__, MemoryError) or isinstance(error, NotImplementedYet):
+                raise
+            where = f"{self.scenario}: evict({blocks_wanted}) with {possible} block(s) free at most after evicting"
+            if blocks_wanted <= possible:
+                fail(
+                    where,
+                    f"{blocks_wanted} free blocks: evict drops unused entries until that many are free",
+                    f"MemoryError: {error.__cause__}",
+                    "MemoryError is only for a request evict cannot meet; here dropping the entries nobody "
+                    "else uses (reference count 1) frees enough",
+                )
+            changes = before.changes(CacheSnapshot.of(self.cache))
+            if changes:
+                fail(
+                    where,
+                    "either every entry nobody else uses dropped and no error, or MemoryError with nothing changed",
+                    "MemoryError, after changing: " + "; ".join(changes),
+                    "when evict cannot free blocks_wanted blocks, free all it can and return (the notebook's "
+                    "design), or raise MemoryError before dropping anything: a caller that catches the "
+                    "error must find the cache as it was",
+                )
+            call_learner(f"evict({possible})", self.prefixes.evict, possible, scenario=self.scenario)
 
     def expect_free(self, count: int, after: str, hint: str | Hint) -> None:
         if learner_int(self.allocator.num_free, "allocator.num_free", f"{self.scenario}, after {after}") != count:

@@ -47,6 +47,11 @@ SPLIT_KEEPS_HINT = (
     "a split cuts the edge's tokens and its blocks at the same place: the upper node takes "
     "tokens[:cut] and blocks[:cut // block_size], the lower keeps the rest, in order"
 )
+SPLIT_LOSES_HINT = (
+    "a split must keep the whole edge: the new upper node takes tokens[:cut] and blocks[:cut // block_size], "
+    "and the node itself, hung below it (upper.children[its first block] = node), keeps the rest of the tokens "
+    "and blocks, and its children; match only cuts nodes in two, so no block leaves the tree"
+)
 SHARE_HINT = (
     "insert shares (allocator.share) each block of the new leaf once: the cache's own reference; "
     "positions already cached keep the cache's blocks, and the request's duplicates are not taken"
@@ -85,8 +90,19 @@ class _Engine:
 
     # --- the learner's calls -----------------------------------------------------------------
     def match(self, tokens: list[int], what: str) -> tuple[Any, list[int]]:
+        cached = self.tree_blocks()
         got = call_learner(f"match({what})", self.radix.match, list(tokens), scenario=self.scenario)
         where = f"{self.scenario}, match({what})"
+        lost = sorted(cached - self.tree_blocks())
+        if lost:  # before the blocks match returned are read: a lost tail would be blamed on them, or on evict
+            fail(
+                where,
+                "every block cached before the match still in the tree (match may split a node, never drop one)",
+                f"the split lost the rest of the edge: block(s) {lost} left the tree ("
+                + "; ".join(f"block {block} holds {self.describe(block)}" for block in lost)
+                + ")",
+                SPLIT_LOSES_HINT,
+            )
         if not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], (list, tuple))):
             fail(
                 where, "a pair (node, list of blocks)", repr(got), "return the node where the match ends and its blocks"
@@ -230,6 +246,10 @@ class _Engine:
                 "keep parent links right when splitting: the lower part's parent is the new upper node",
             )
         return tuple(token for part in reversed(parts) for token in part)
+
+    def tree_blocks(self) -> set[int]:
+        """Every block some node of the tree holds."""
+        return {block for node, _ in self.nodes() for block in self.blocks(node)}
 
     def nodes(self) -> list[tuple[Any, tuple[int, ...]]]:
         """(node, tokens from the root to its end) for every node but the root."""

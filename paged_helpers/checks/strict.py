@@ -4,7 +4,9 @@ A check compares the learner's values with its own. Those comparisons must not r
 an object whose ``__eq__`` always says True, an ``int`` subclass, or a tensor subclass (or a
 leftover torch function mode) that makes ``torch.allclose`` say yes would otherwise pass anything.
 So values are first turned into plain Python ints, lists, dicts, or exact ``torch.Tensor``s here
-(anything else fails with a message naming what was expected), and tensors are compared with
+(anything else fails with a message naming what was expected and what was found: ``Refused``, which
+the grader's clean run also reports to the instructor, only for a look-alike built to answer a
+comparison for itself; a plain value of the wrong type is an ordinary failure), and tensors are compared with
 torch's function overrides switched off (``strict_allclose``). ``call_learner`` screens every
 value the learner's code returns (``refuse_odd_value``); ``genuine_triton_kernel`` tells Triton's
 own kernel objects from look-alikes.
@@ -17,10 +19,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .report import refuse
+from .report import fail, refuse
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     """The value's type's name, read without running any code the type defines."""
     cls = type(value)
     name = type.__dict__["__qualname__"].__get__(cls)
@@ -40,13 +42,49 @@ _NUMPY_INTS = _numpy_int_types()
 
 
 def _odd_type(scenario: str, what: str, expected: str, value: Any) -> None:
-    refuse(
-        f"{scenario}: {what}" if scenario else what,
+    """Fail: ``value`` is not ``expected``. ``Refused`` only for a look-alike (``look_alike``): a plain
+    value of another type (a set where a list is read) is an ordinary mistake, an ordinary failure."""
+    where = f"{scenario}: {what}" if scenario else what
+    got = f"a value of type {type_name(value)}"
+    if look_alike(value):
+        refuse(
+            where,
+            expected,
+            got,
+            f"the check reads {what} as {expected}. Keep plain Python values there (a list of ints, an "
+            "int); a subclass or an object of your own that changes how values compare is not accepted.",
+        )
+    fail(
+        where,
         expected,
-        f"a value of type {_type_name(value)}",
-        f"the check reads {what} as {expected}. Keep plain Python values there (a list of ints, an "
-        "int); a subclass or an object of your own that changes how values compare is not accepted.",
+        got,
+        f"the check reads {what} as {expected}, and found a {type_name(value)} there: keep {what} as the "
+        "notebook's table of members says (each member's type is part of the interface the checks and "
+        "the later notebooks use).",
     )
+
+
+# What an object defines to decide for itself what it equals.
+_COMPARISONS = ("__eq__", "__ne__")
+
+
+def look_alike(value: Any) -> str | None:
+    """Why ``value`` looks built to answer a comparison for itself, or None for an honest value of
+    another type. A look-alike is what ``odd_value`` names (a builtin subclass that redefines how it
+    compares or converts, a tensor subclass, an object with its own ``__torch_function__``), or an
+    object of the learner's class that defines ``__eq__`` or ``__ne__``. A plain set, dict or float, or
+    an object of the learner's that defines no comparison, is an ordinary wrong type."""
+    why = odd_value(value)
+    if why:
+        return why
+    for klass in _mro(type(value)):
+        if str(type.__dict__["__module__"].__get__(klass)).split(".")[0] in _TRUSTED_MODULES + _LIBRARY_MODULES:
+            continue
+        namespace = type.__dict__["__dict__"].__get__(klass)
+        defined = [name for name in _COMPARISONS if name in namespace]
+        if defined:
+            return f"an object of type {type_name(value)} with its own {', '.join(defined)}"
+    return None
 
 
 def learner_int(value: Any, what: str, scenario: str = "") -> int:
@@ -217,9 +255,9 @@ def odd_value(value: Any, depth: int = 0) -> str | None:
     mro = _mro(kind)
     torch = sys.modules.get("torch")
     if torch is not None and torch.Tensor in mro:
-        return None if kind is torch.Tensor else f"a torch.Tensor subclass ({_type_name(value)})"
+        return None if kind is torch.Tensor else f"a torch.Tensor subclass ({type_name(value)})"
     if _lookup(kind, "__torch_function__") is not None:
-        return f"an object with its own __torch_function__ ({_type_name(value)})"
+        return f"an object with its own __torch_function__ ({type_name(value)})"
     for base in _BUILTIN_VALUES:
         if base in mro:
             changed = [
@@ -230,7 +268,7 @@ def odd_value(value: Any, depth: int = 0) -> str | None:
                 if name.startswith("__") and name.endswith("__") and name not in _HARMLESS_DUNDERS
             ]
             if changed:
-                return f"a {base.__name__} subclass ({_type_name(value)}) that redefines {', '.join(changed[:3])}"
+                return f"a {base.__name__} subclass ({type_name(value)}) that redefines {', '.join(changed[:3])}"
             return _odd_inside(value, depth)
     return None
 
@@ -238,6 +276,8 @@ def odd_value(value: Any, depth: int = 0) -> str | None:
 # Subclasses of builtin values made by the standard library (OrderedDict, defaultdict, Counter):
 # their methods are not the learner's.
 _TRUSTED_MODULES = ("builtins", "collections")
+# Libraries whose exact values (a numpy float, an array of the wrong dtype) are honest wrong types.
+_LIBRARY_MODULES = ("numpy", "torch")
 # What a subclass may define without changing how its values compare, convert, iterate or compute
 # (a namedtuple defines these).
 _HARMLESS_DUNDERS = frozenset(

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from ..device import DEVICE
-from .guard_bands import SENTINEL, Guarded
+from .guard_bands import GUARD, SENTINEL, Guarded
 from .isolated import Outcome, run_isolated
 from .launcher_reads import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
@@ -380,6 +380,17 @@ def _softmax_as_if_masked_lanes_were_zero(values: torch.Tensor, block: int) -> t
     return (torch.exp(values.double() - m) / torch.exp(wide - m).sum(dim=1, keepdim=True)).float()
 
 
+def _rows_placed_with_stride(buffer_after: torch.Tensor, shape: tuple[int, ...], stride: int) -> torch.Tensor | None:
+    """The output as the kernel left it, read as if row r were at out_ptr + r * ``stride``.
+
+    None when such rows would run past the buffer."""
+    rows, cols = shape
+    if GUARD + (rows - 1) * stride + cols > buffer_after.numel():
+        return None
+    at = GUARD + torch.arange(rows)[:, None] * stride + torch.arange(cols)[None, :]
+    return buffer_after[at]
+
+
 def _softmax_cases(generator: torch.Generator) -> list[tuple[str, torch.Tensor, int]]:
     rising = torch.linspace(-3.0, 3.0, 19)[None, :] + 0.1 * torch.randn(2, 19, generator=generator)
     return [
@@ -404,6 +415,20 @@ def check_softmax_kernel(softmax: Callable) -> str:
         x = Guarded.around(values, fill=math.nan, extra_columns=2)
         out = Guarded.around(torch.full(values.shape, SENTINEL), fill=SENTINEL)
         (after,) = _run("softmax", softmax, (x.inner, out.inner, block), (out,), scenario)
+        expected = torch.softmax(values.double(), dim=1).float()
+        rows, cols = values.shape
+        if rows > 1 and out.outside_writes(after, SENTINEL):
+            # A masked store in the wrong place: each row right, but rows x's stride apart, running past out's end.
+            placed = _rows_placed_with_stride(after, values.shape, x.row_stride)
+            if placed is not None and _close(placed, expected):
+                fail(
+                    scenario,
+                    f"row r of out at out_ptr + r * cols (out is contiguous: its rows are {cols} apart)",
+                    f"every row's softmax right, but row r stored at out_ptr + r * {x.row_stride}, x's row stride, "
+                    "so the last rows ran past the end of out",
+                    "the store used stride_row, which is x's row stride (here x's rows are wider in memory than "
+                    f"{cols} columns); out has its own layout: store row r at out_ptr + row * cols + offsets.",
+                )
         _require_guards_intact(
             scenario,
             "out",
@@ -411,7 +436,7 @@ def check_softmax_kernel(softmax: Callable) -> str:
             after,
             "the second pass stores a whole tile: mask the store with offsets < cols, like the loads.",
         )
-        got, expected = out.inner_of(after), torch.softmax(values.double(), dim=1).float()
+        got = out.inner_of(after)
         if _close(got, expected):
             continue
         named = (
