@@ -289,9 +289,11 @@ def test_sleeping_cells_lose_only_their_own_time(hostile_class):
     assert used < TIMEOUT * BUDGET_CELLS + 10, used
 
 
-def test_the_overwriter_wrote_nothing_outside_its_scratch(hostile_class):
+def test_the_overwriters_writes_landed_nowhere_real(hostile_class):
+    """Inside the sandbox the course's paths either do not exist or (a course under /tmp) lie in the
+    sandbox's own throwaway /tmp: whatever the kernel wrote there, no real file changed."""
     root = hostile_class["root"]
-    graded = autograded_notebook(root, "overwriter", A)
-    printed = "".join(o.get("text", "") for cell in graded.cells if cell.cell_type == "code" for o in cell.outputs)
-    assert "WROTE" not in printed and printed.count("refused") == 3, printed
+    classmate = (root / "submitted" / "honest_a").rglob("*.ipynb")
+    for path in (root / "gradebook.db", root / "nbgrader_config.py", *classmate):
+        assert b"# overwritten" not in path.read_bytes(), path
     assert shutil.which("bwrap"), "this test needs bubblewrap"
