@@ -224,7 +224,7 @@ GRADING_WEIGHT = {
     "06_triton_warmup": 2.0,
     "07_paged_decode_kernel": 5.0,
     "08_continuous_batching": 1.5,
-    "09_paged_prefill_kernel": 4.0,
+    "09_paged_prefill_kernel": 4.5,
 }
 
 

@@ -9,7 +9,8 @@ Honesty rules, so a checkpoint never loads silently wrong:
 - a setting this model does not implement (attention biases, rope scaling such as YaRN, sliding
   windows, an activation other than SiLU) is refused with a message naming the field;
 - every problem with the files names the file: a folder with only ``pytorch_model.bin``, a
-  truncated ``.safetensors``, a shard that the index lists but the folder lacks.
+  truncated ``.safetensors``, a shard that the index lists but the folder lacks, an index beside a
+  ``model.safetensors`` it does not list (transformers would read that file, this loader the shards).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ HF_DEFAULTS: dict[str, Any] = {
 # a missing size is far more likely a broken file than a wish for those defaults.
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 WEIGHTS_INDEX = "model.safetensors.index.json"
+SINGLE_WEIGHTS = "model.safetensors"
 # Buffers some exporters save although they are recomputed from the config.
 DERIVED_BUFFERS = ("rotary_emb.inv_freq",)
 
@@ -145,6 +147,18 @@ def _weight_files(folder: Path) -> list[Path]:
         except (json.JSONDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"{index_path} is not a safetensors index (needs a 'weight_map'): {error}") from error
         shards = sorted(set(weight_map.values()))
+        single = folder / SINGLE_WEIGHTS
+        if single.is_file() and SINGLE_WEIGHTS not in shards:
+            # transformers reads model.safetensors first and never opens the index; this loader reads
+            # the index's shards. Two loaders, two models: refuse rather than pick one silently.
+            raise ValueError(
+                f"{folder} holds both {WEIGHTS_INDEX} (listing {len(shards)} shard(s): {', '.join(shards[:3])}"
+                f"{', ...' if len(shards) > 3 else ''}) and {SINGLE_WEIGHTS}, which the index does not list: "
+                f"transformers would load {SINGLE_WEIGHTS} and ignore the index, while this loader reads the "
+                f"shards, so the two would load different weights. Keep one set: delete or move "
+                f"{SINGLE_WEIGHTS} if the shards are the checkpoint, or {WEIGHTS_INDEX} and the shards if "
+                f"{SINGLE_WEIGHTS} is"
+            )
         absent = [name for name in shards if not (folder / name).is_file()]
         if absent:
             raise FileNotFoundError(

@@ -15,6 +15,18 @@ same code serves a full forward pass (no cache: keys are the new tokens), a cont
 cache, a paged cache that gathers through block tables, and a batch of sequences at different
 lengths: a shorter sequence's padding rows sit at positions beyond its queries and are masked.
 
+The kernel path (notebooks 07 and 09). ``model(tokens, positions, cache=cache,
+attention=PagedAttention(decode=..., prefill=...))`` skips the gather: each layer asks the cache
+for the paged alternative to ``update``,
+
+    paged = cache.paged(layer, k, v, positions)     # writes k, v like update, gathers nothing
+    paged.k_pool, paged.v_pool   [num_blocks, kv_heads, block_size, head_dim]   this layer's pools
+    paged.block_tables           int [B, max_blocks]   row b: sequence b's blocks (padded rows)
+    paged.block_size             int
+
+and hands the pool itself to the learner's kernels (see ``PagedAttention`` for what they get and
+may assume). ``attention=None`` (the default) is the gather path, the reference.
+
 Architecture as in Hugging Face's Qwen3: RMSNorm before attention and MLP, per-head RMSNorm
 on queries and keys (before the rotary embedding), grouped-query attention, SwiGLU MLP,
 rotary embeddings in the rotate-half convention, tied input/output embeddings for the small
@@ -24,8 +36,9 @@ models. Parameter names follow Hugging Face's, so its checkpoints load without r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -72,6 +85,109 @@ class KVCache(Protocol):
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
+class PagedKV(NamedTuple):
+    """What a paged cache hands the kernel path for one layer, after writing that layer's new K/V.
+
+    k_pool, v_pool  [num_blocks, kv_heads, block_size, head_dim]  the layer's pools, not copies
+    block_tables    int [B, max_blocks]  row b is the block table of the batch's sequence b, padded
+                    with a real block id; the cache's ``table_tensor``
+    block_size      int  tokens per block
+    """
+
+    k_pool: torch.Tensor
+    v_pool: torch.Tensor
+    block_tables: torch.Tensor
+    block_size: int
+
+
+class PagedKVCacheProtocol(KVCache, Protocol):
+    """A cache the kernel path can run on: ``update`` (the gather path) and its paged alternative."""
+
+    def paged(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> PagedKV: ...
+
+
+@dataclass(frozen=True)
+class PagedAttention:
+    """Attention read straight from the paged pool by two kernels: the switch from the gather path.
+
+    ``model(tokens, positions, cache=cache, attention=PagedAttention(decode=fn, prefill=fn))``.
+    The functions are the learner's launchers of notebooks 07 and 09, called exactly as there:
+
+    decode(q, k_pool, v_pool, block_tables, lengths, block_size) -> [B, q_heads, head_dim]
+        for a step of one new token per sequence (T == 1), once per layer.
+        q             [B, q_heads, head_dim], contiguous, the model's dtype
+        k_pool/v_pool the layer's pools, same dtype and device as q (never copied)
+        block_tables  the cache's int [B, max_blocks] table (int64 from set_batch)
+        lengths       int32 [B]: tokens of each sequence in the pool, the new one included
+                      (its position + 1), so every length >= 1
+
+    prefill(q, k_pool, v_pool, block_table, start, block_size) -> [T, q_heads, head_dim]
+        for a chunk of T > 1 new tokens per sequence, once per layer and sequence.
+        q             [T, q_heads, head_dim], contiguous: that sequence's new tokens
+        block_table   int [max_blocks], the sequence's row of the table (padding included)
+        start         int >= 0: the position of the chunk's first token (tokens cached before it)
+
+    What the kernels may assume: the new tokens' keys and values are already in the pool; the
+    table row reaches every position the kernel must read (lengths, or start + T); query head h
+    reads KV head h // (q_heads // kv_heads) (grouped-query attention; a group of 1 is plain
+    multi-head); scores are scaled by 1 / sqrt(head_dim). Outputs come back in q's dtype. Before
+    any layer runs, the model refuses rows whose new positions are not consecutive (start ..
+    start + T - 1); it takes row b's cache to hold exactly positions 0 .. start - 1 before the
+    step, as an engine's step does (a chunk never skips or rewrites a position).
+    """
+
+    decode: Callable[..., torch.Tensor]
+    prefill: Callable[..., torch.Tensor]
+
+    def __post_init__(self) -> None:
+        for name in ("decode", "prefill"):
+            if not callable(getattr(self, name)):
+                raise TypeError(
+                    f"PagedAttention({name}=...) must be a function like notebook "
+                    f"{'07' if name == 'decode' else '09'}'s paged_{name}_attention, got "
+                    f"{type(getattr(self, name)).__name__}"
+                )
+
+    def __call__(self, layer: int, q: torch.Tensor, paged: PagedKV, positions: torch.Tensor) -> torch.Tensor:
+        """q [B, q_heads, T, head_dim] (rotated) and positions [B, T] -> attention output [B, q_heads, T, D]."""
+        batch, heads, steps, head_dim = q.shape
+        if steps == 1:
+            lengths = (positions[:, 0] + 1).to(torch.int32)  # [B]: the new token is in the pool already
+            out = self.decode(
+                q[:, :, 0, :].contiguous(),  # [B, Hq, D]
+                paged.k_pool,
+                paged.v_pool,
+                paged.block_tables,
+                lengths,
+                paged.block_size,
+            )
+            _check_kernel_reply("decode", layer, out, (batch, heads, head_dim), q)
+            return out[:, :, None, :]  # [B, Hq, 1, D]
+        rows = []
+        for row in range(batch):
+            out = self.prefill(
+                q[row].transpose(0, 1).contiguous(),  # [T, Hq, D]
+                paged.k_pool,
+                paged.v_pool,
+                paged.block_tables[row].contiguous(),  # [max_blocks]
+                int(positions[row, 0]),
+                paged.block_size,
+            )
+            _check_kernel_reply("prefill", layer, out, (steps, heads, head_dim), q)
+            rows.append(out.transpose(0, 1))  # [Hq, T, D]
+        return torch.stack(rows)  # [B, Hq, T, D]
+
+
+def _check_kernel_reply(kind: str, layer: int, out: object, shape: tuple[int, ...], q: torch.Tensor) -> None:
+    """A kernel that returns the wrong thing gets a message naming the kernel, the layer and the shape."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape or out.dtype != q.dtype:
+        got = f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"PagedAttention's {kind} function returned {got} in layer {layer}; the model needs a tensor "
+            f"{list(shape)} in q's dtype {q.dtype}"
+        )
 
 
 class RMSNorm(nn.Module):
@@ -128,6 +244,7 @@ class Qwen3Attention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         cache: KVCache | None,
+        attention: PagedAttention | None = None,
     ) -> torch.Tensor:
         batch, steps, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim)).transpose(1, 2)
@@ -135,6 +252,12 @@ class Qwen3Attention(nn.Module):
         v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [B, H, T, D], [B, Hkv, T, D]
 
+        if attention is not None:
+            _check_cache_dtype(self.layer, cache, k)
+            paged = cache.paged(self.layer, k, v, positions)
+            _check_paged_reply(self.layer, cache, paged, k)
+            out = attention(self.layer, q, paged, positions)  # [B, H, T, D]
+            return self.o_proj(out.transpose(1, 2).reshape(batch, steps, self.heads * self.head_dim))
         if cache is None:
             keys, values, key_positions = k, v, positions
         else:
@@ -209,6 +332,36 @@ def _check_cache_reply(
         )
 
 
+def _check_paged_reply(layer: int, cache: object, paged: object, new_k: torch.Tensor) -> None:
+    """A cache whose ``paged`` breaks the protocol gets a message naming what it returned."""
+    name = type(cache).__name__
+    if not isinstance(paged, PagedKV):
+        raise TypeError(
+            f"{name}.paged(layer={layer}) returned {type(paged).__name__}; the kernel path needs "
+            "paged_helpers.model.PagedKV(k_pool, v_pool, block_tables, block_size)"
+        )
+    batch, kv_heads, _, head_dim = new_k.shape
+    for label in ("k_pool", "v_pool"):
+        pool = getattr(paged, label)
+        if (
+            not isinstance(pool, torch.Tensor)
+            or pool.ndim != 4
+            or (pool.shape[1], pool.shape[2], pool.shape[3]) != (kv_heads, paged.block_size, head_dim)
+        ):
+            shape = tuple(pool.shape) if isinstance(pool, torch.Tensor) else type(pool).__name__
+            raise ValueError(
+                f"{name}.paged(layer={layer}) returned {label} of shape {shape}; the protocol needs "
+                f"[num_blocks, kv_heads={kv_heads}, block_size={paged.block_size}, head_dim={head_dim}]"
+            )
+    tables = paged.block_tables
+    if not isinstance(tables, torch.Tensor) or tables.ndim != 2 or tables.shape[0] != batch:
+        shape = tuple(tables.shape) if isinstance(tables, torch.Tensor) else type(tables).__name__
+        raise ValueError(
+            f"{name}.paged(layer={layer}) returned block_tables of shape {shape}; the protocol needs "
+            f"[batch={batch}, max_blocks] (the table_tensor set_batch built)"
+        )
+
+
 class Qwen3MLP(nn.Module):
     def __init__(self, config: Qwen3Config) -> None:
         super().__init__()
@@ -228,8 +381,8 @@ class Qwen3Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = Qwen3MLP(config)
 
-    def forward(self, x, positions, cos, sin, cache):
-        x = x + self.self_attn(self.input_layernorm(x), positions, cos, sin, cache)
+    def forward(self, x, positions, cos, sin, cache, attention=None):
+        x = x + self.self_attn(self.input_layernorm(x), positions, cos, sin, cache, attention)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -237,7 +390,8 @@ class Qwen3(nn.Module):
     """tokens [B, T] and positions [B, T] (or [T]) -> logits [B, T, vocab].
 
     With ``cache=None`` the model attends over the tokens it is given: the "from scratch"
-    logits every cache is compared against.
+    logits every cache is compared against. With ``attention=PagedAttention(...)`` and a paged
+    cache, attention reads the pool through the given kernels instead of a gather (module docstring).
     """
 
     def __init__(self, config: Qwen3Config) -> None:
@@ -265,6 +419,7 @@ class Qwen3(nn.Module):
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        attention: PagedAttention | None = None,
     ) -> torch.Tensor:
         tokens = torch.as_tensor(tokens, device=self.device)
         if tokens.ndim == 1:
@@ -298,10 +453,13 @@ class Qwen3(nn.Module):
         ):
             raise ValueError(f"positions must be non-negative integers; got {positions.dtype}")
 
+        if attention is not None:
+            _check_kernel_path(cache, attention, positions)
+
         x = self.embed_tokens(tokens)
         cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
         for block in self.layers:
-            x = block(x, positions, cos, sin, cache)
+            x = block(x, positions, cos, sin, cache, attention)
         x = self.norm(x)
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return x @ head.T
@@ -310,6 +468,28 @@ class Qwen3(nn.Module):
     def logits_from_scratch(self, sequences: list[list[int]]) -> list[torch.Tensor]:
         """Each whole sequence run alone with no cache: logits [len, vocab] per sequence."""
         return [self(torch.tensor([seq], device=self.device))[0] for seq in sequences]
+
+
+def _check_kernel_path(cache: object, attention: object, positions: torch.Tensor) -> None:
+    """What the kernel path needs before any layer runs, each refusal naming the argument."""
+    if not isinstance(attention, PagedAttention):
+        raise TypeError(
+            "attention must be PagedAttention(decode=..., prefill=...) or None (the gather path), "
+            f"got {type(attention).__name__}"
+        )
+    if cache is None:
+        raise ValueError("attention=PagedAttention(...) reads a paged cache: pass cache= as well")
+    if not callable(getattr(cache, "paged", None)):
+        raise TypeError(
+            f"{type(cache).__name__} has no paged(layer, k, v, positions) method, which the kernel path "
+            "calls instead of update: use a PagedKVCache (notebook 03 on), or attention=None to gather"
+        )
+    # The kernels see each row as positions 0 .. start + T - 1: new tokens must follow one another.
+    if positions.shape[1] > 1 and bool((positions[:, 1:] - positions[:, :-1] != 1).any()):
+        raise ValueError(
+            "with attention=PagedAttention(...), each row's positions must be consecutive "
+            f"(start, start + 1, ...); got {positions.tolist()}"
+        )
 
 
 def tiny_config(**overrides: Any) -> Qwen3Config:

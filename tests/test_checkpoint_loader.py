@@ -168,3 +168,30 @@ def test_a_missing_shard_is_named(tmp_path):
     with pytest.raises(FileNotFoundError) as caught:
         load_qwen3(tmp_path, device="cpu")
     assert shards[1].name in str(caught.value) and "model.safetensors.index.json" in str(caught.value)
+
+
+def test_shards_beside_a_stale_single_file_are_refused_naming_both(tmp_path):
+    """transformers reads model.safetensors first and ignores the index; the shards are another model."""
+    torch.manual_seed(0)
+    sharded = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**TINY)).eval()
+    sharded.save_pretrained(tmp_path, max_shard_size="20KB")
+    stale = tmp_path / "stale"
+    save_checkpoint(stale, num_hidden_layers=1, tie_word_embeddings=True)
+    (stale / "model.safetensors").rename(tmp_path / "model.safetensors")
+    with pytest.raises(ValueError) as caught:
+        load_qwen3(tmp_path, device="cpu")
+    message = str(caught.value)
+    assert "model.safetensors.index.json" in message
+    assert "and model.safetensors, which the index does not list" in message
+    assert "transformers would load model.safetensors" in message
+
+
+def test_an_index_listing_the_single_file_still_loads(tmp_path):
+    """Some repositories ship an index whose every entry names model.safetensors: one set of weights."""
+    save_checkpoint(tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        weight_map = {name: "model.safetensors" for name in weights.keys()}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    assert_same_logits_as_transformers(tmp_path)

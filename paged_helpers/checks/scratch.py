@@ -45,23 +45,29 @@ def logits_match(gap: float, device: torch.device | str, dtype: torch.dtype = to
     return gap <= logit_tolerance(device, dtype)
 
 
-def forward_through_cache(model: Any, cache: Any, batch: dict, starts: list[int], *, scenario: str) -> torch.Tensor:
+def forward_through_cache(
+    model: Any, cache: Any, batch: dict, starts: list[int], *, scenario: str, attention: Any = None
+) -> torch.Tensor:
     """One forward pass of ``model`` on the learner's ``cache``: logits [B, T, vocab].
 
     ``batch`` maps each sequence of the batch, in row order, to its T new token ids (the same T
     for every row); ``starts[row]`` is the position of that row's first new token. The cache must
-    already have room for them (reserve) and know the batch (set_batch).
+    already have room for them (reserve) and know the batch (set_batch). ``attention`` is the
+    model's switch to the kernel path (``model.PagedAttention``); None gathers through ``update``.
     """
     rows = list(batch.values())
     positions = [[start + t for t in range(len(row))] for start, row in zip(starts, rows, strict=True)]
+    switch = {} if attention is None else {"attention": attention}
     with torch.no_grad():
         return call_learner(
-            "the model's forward pass through your cache",
+            "the model's forward pass through your cache"
+            + ("" if attention is None else " and your kernels"),
             model,
             torch.tensor(rows, device=model.device),
             torch.tensor(positions, device=model.device),
             cache=cache,
             scenario=scenario,
+            **switch,
         )
 
 
