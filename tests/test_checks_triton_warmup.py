@@ -15,6 +15,7 @@ import triton.language as tl
 from paged_helpers.checks import (
     NotImplementedYet,
     check_gather_rows_kernel,
+    check_load_block_kernel,
     check_row_max_kernel,
     check_scale_kernel,
     check_softmax_kernel,
@@ -182,6 +183,207 @@ def softmax_store_with_input_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.
         tl.store(out_ptr + row * stride_row + offsets, tl.exp(tile - m) / l, mask=mask)
 
 
+@triton.jit
+def load_block_logical_as_physical(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    valid = logical_block * BLOCK + slots < length
+    base = pool_ptr + logical_block * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_strides_swapped(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    valid = logical_block * BLOCK + slots < length
+    base = pool_ptr + physical * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] + rd[None, :] * s_slot, mask=valid[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_unmasked(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    base = pool_ptr + physical * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :])
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_mask_without_block_start(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    """The mask compares the slot, not the token's position, with the length: true for every slot."""
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    base = pool_ptr + physical * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=(slots < length)[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_mask_on_columns(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    valid = logical_block * BLOCK + rd < length
+    base = pool_ptr + physical * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[None, :], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_store_masked(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    """Right rows, but the rows without a token are left as they were instead of set to 0."""
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    valid = logical_block * BLOCK + slots < length
+    base = pool_ptr + physical * s_block + head * s_head
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile, mask=valid[:, None])
+
+
+@triton.jit
+def load_block_head_ignored(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    valid = logical_block * BLOCK + slots < length
+    base = pool_ptr + physical * s_block
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_heads_packed(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    """Right for a contiguous pool, where heads lie D apart; not for a view of a wider one."""
+    slots = tl.arange(0, BLOCK)
+    rd = tl.arange(0, D)
+    physical = tl.load(table_ptr + logical_block)
+    valid = logical_block * BLOCK + slots < length
+    base = pool_ptr + physical * s_block + head * D
+    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
+
+
+@triton.jit
+def load_block_stub(
+    pool_ptr,
+    table_ptr,
+    out_ptr,
+    length,
+    logical_block,
+    head,
+    s_block,
+    s_slot,
+    s_head,
+    BLOCK: tl.constexpr,
+    D: tl.constexpr,
+):
+    raise NotImplementedError()
+
+
 # --------------------------------------------------------------------------- the tests
 
 
@@ -192,6 +394,7 @@ def softmax_store_with_input_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.
         (check_row_max_kernel, "row_max"),
         (check_gather_rows_kernel, "gather_rows"),
         (check_softmax_kernel, "softmax"),
+        (check_load_block_kernel, "load_block"),
     ],
 )
 def test_the_instructor_kernels_pass(check, launcher, capsys):
@@ -223,6 +426,62 @@ WRONG = [
         "softmax_kernel",
         softmax_store_with_input_stride,
         ["x's row stride", "the store used stride_row", "out_ptr + row * cols + offsets"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_logical_as_physical,
+        ["physical block 1, the logical block's own number", "tl.load(table_ptr + logical_block)"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_strides_swapped,
+        ["strides are exchanged", "slots[:, None] * s_slot + rd[None, :]"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_unmasked,
+        ["last block", "slots past the sequence's length", "mask=valid[:, None]"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_mask_without_block_start,
+        ["slots past the sequence's length", "logical_block * BLOCK + slots < length"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_mask_on_columns,
+        ["switched off columns instead of slots", "valid[:, None]"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_store_masked,
+        ["never written", "no mask on the store"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_head_ignored,
+        ["head 1", "holds pool[2, 0, 0, 0] instead of pool[2, 0, 1, 0]", "head * s_head"],
+    ),
+    (
+        check_load_block_kernel,
+        "load_block",
+        "load_block_kernel",
+        load_block_heads_packed,
+        ["heads lie 6 apart", "as if heads were packed", "head * s_head"],
     ),
 ]
 
@@ -315,3 +574,46 @@ def test_a_kernel_object_that_computes_in_python_fails():
     patched.__dict__.update(kernel.__dict__)
     with pytest.raises(AssertionError, match="not Triton's kernel"):
         check_scale_kernel(launcher_with("scale", "scale_kernel", patched))
+
+
+# --------------------------------------------------------------------------- puzzle 5 beyond the wrong kernels
+
+
+def test_load_block_passes_random_seeds_visible_and_hidden():
+    import random
+
+    right = solution(NOTEBOOK, "load_block")
+    for seed in random.Random().sample(range(2**31), 3) + [2026]:
+        for hidden in (False, True):
+            try:
+                check_load_block_kernel(right, seed=seed, hidden=hidden)
+            except AssertionError as error:
+                pytest.fail(f"seed {seed}, hidden={hidden}: {error}")
+
+
+def test_load_block_stub_is_not_implemented_yet():
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_load_block_kernel(launcher_with("load_block", "load_block_kernel", load_block_stub))
+
+
+def test_the_block_picture_draws_the_kernels_addresses():
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import torch
+
+    from paged_helpers.plots.warmup import offset_coded_pool, plot_block
+
+    pool = offset_coded_pool((8, 4, 2, 4))
+    out = torch.full((4, 4), math.nan)
+    solution(NOTEBOOK, "load_block")(pool, torch.tensor([3, 0, 5], dtype=torch.int32), 11, 2, 1, out)
+    figure = plot_block(block_size=4, heads=2, head_dim=4, physical=5, head=1, rows=3, stored=out)
+    texts = [text.get_text() for text in figure.axes[0].texts]
+    assert "164" in texts and "183" in texts and "slot 3: masked: no token" in texts, texts
+    red = [text.get_text() for text in figure.axes[0].texts if text.get_color() == "#C44E52"]
+    assert red == [], red
+    out[1, 2] = 7.0
+    figure = plot_block(block_size=4, heads=2, head_dim=4, physical=5, head=1, rows=3, stored=out)
+    assert [text.get_text() for text in figure.axes[0].texts if text.get_color() == "#C44E52"] == ["7"]

@@ -1,4 +1,4 @@
-"""Checks for notebook 06, the Triton warm-up: four small kernels before the paged one.
+"""Checks for notebook 06, the Triton warm-up: five small kernels before the paged one.
 
 Each puzzle gives the learner a launcher and asks for its kernel. The check calls the launcher
 on seeded inputs that sit inside larger buffers:
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,10 +29,16 @@ from ..device import DEVICE
 from .guard_bands import GUARD, SENTINEL, Guarded
 from .isolated import Outcome, run_isolated
 from .launcher_reads import launcher_inputs
-from .report import CheckFailed, NotImplementedYet, check, fail, refuse
+from .report import CheckFailed, NotImplementedYet, check, fail, refuse, run_hidden_scenarios
 from .strict import genuine_triton_kernel, strict_allclose
 
-__all__ = ["check_scale_kernel", "check_row_max_kernel", "check_gather_rows_kernel", "check_softmax_kernel"]
+__all__ = [
+    "check_scale_kernel",
+    "check_row_max_kernel",
+    "check_gather_rows_kernel",
+    "check_softmax_kernel",
+    "check_load_block_kernel",
+]
 
 TIME_LIMIT_S = 15.0
 ATOL = RTOL = 1e-5
@@ -470,3 +477,276 @@ def check_softmax_kernel(softmax: Callable) -> str:
             "first pass: running max m and sum l over the tiles; second pass: out = exp(x - m) / l.",
         )
     return f"{len(cases)} shapes, including a max in the last tile and scores near 1000"
+
+
+# --------------------------------------------------------------------------- puzzle 5: one block of the pool
+
+# A pool element holds its own offset from the pool's first element plus 0.5, so every value the
+# kernel stored says which address it loaded from; 0 (a masked lane) and SENTINEL (never written)
+# are whole numbers, so neither can be taken for a pool value.
+_POOL_FILL = math.nan  # around the pool: a load that leaves it reads NaN
+
+
+def _coded_pool(storage: tuple[int, int, int, int], head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4-D pool [*storage[:3], head_dim] for the kernel, and the same view on the CPU.
+
+    The pool is a view of a coded ``storage``-shaped tensor (columns past ``head_dim`` are padding,
+    so the head stride may exceed head_dim) that sits in a flat buffer with ``GUARD`` NaN on each side.
+    """
+    numel = math.prod(storage)
+    buffer = torch.full((GUARD + numel + GUARD,), _POOL_FILL)
+    buffer[GUARD : GUARD + numel] = 0.5 + torch.arange(numel, dtype=torch.float32)
+    on_cpu = buffer[GUARD : GUARD + numel].view(storage)[..., :head_dim]
+    return buffer.to(DEVICE)[GUARD : GUARD + numel].view(storage)[..., :head_dim], on_cpu
+
+
+def _where_from(value: float, shape: tuple[int, int, int, int], head_dim: int) -> str:
+    """The pool element whose code is ``value``, as ``pool[block, slot, head, column]``; ``shape``
+    is the storage's (head_dim with its padding)."""
+    if math.isnan(value):
+        return "NaN (from outside the pool)"
+    if value == 0.0:
+        return "0 (a masked lane)"
+    offset = int(value - 0.5)
+    if value != offset + 0.5 or not 0 <= offset < math.prod(shape):
+        return f"{value:g} (not a pool value)"
+    _, block_size, heads, storage_dim = shape
+    block, rest = divmod(offset, block_size * heads * storage_dim)
+    slot, rest = divmod(rest, heads * storage_dim)
+    head, column = divmod(rest, storage_dim)
+    padding = f" (padding past head_dim {head_dim}, not part of the pool)" if column >= head_dim else ""
+    return f"pool[{block}, {slot}, {head}, {column}]{padding}"
+
+
+def _block_as(pool: torch.Tensor, physical: int, head: int, rows: int, by: str) -> torch.Tensor:
+    """The [BLOCK, D] tile a kernel loads from ``pool`` (on the CPU; a view of a contiguous storage
+    that starts where the pool does), right or as a bug does.
+
+    by: "right" (rows < ``rows`` loaded, the rest 0), "unmasked" (every slot loaded), "columns"
+    (the mask switched off columns >= rows instead), "swapped" (slot and column strides exchanged),
+    "packed heads" (head * D where head * s_head belongs).
+    """
+    _, block_size, _, head_dim = pool.shape
+    s_block, s_slot, s_head = pool.stride(0), pool.stride(1), pool.stride(2)
+    flat = pool.as_strided((pool.shape[0] * s_block,), (1,))
+    slots = torch.arange(block_size)[:, None]  # [BLOCK, 1]
+    columns = torch.arange(head_dim)[None, :]  # [1, D]
+    base = physical * s_block + head * (head_dim if by == "packed heads" else s_head)
+    if by == "swapped":
+        at = base + slots * 1 + columns * s_slot  # [BLOCK, D]
+        if int(at.max()) >= flat.numel():
+            return torch.full((block_size, head_dim), math.nan)
+        return torch.where(slots < rows, flat[at], torch.zeros(()))
+    tile = flat[base + slots * s_slot + columns]  # [BLOCK, D]
+    if by == "unmasked":
+        return tile
+    if by == "columns":
+        return torch.where(columns < rows, tile, torch.zeros(()))
+    return torch.where(slots < rows, tile, torch.zeros(()))
+
+
+@dataclass(frozen=True)
+class _BlockCase:
+    description: str
+    table: tuple[int, ...]  # logical block -> physical block
+    num_blocks: int
+    block_size: int
+    heads: int
+    head_dim: int
+    length: int
+    logical: int
+    head: int
+    head_padding: int = 0  # columns of storage past head_dim in each head: s_head = head_dim + head_padding
+
+    @property
+    def rows(self) -> int:
+        """How many slots of the logical block hold tokens."""
+        return min(self.block_size, self.length - self.logical * self.block_size)
+
+    @property
+    def scenario(self) -> str:
+        return (
+            f"load_block: {self.description}: pool [{self.num_blocks}, {self.block_size}, {self.heads}, "
+            f"{self.head_dim}]{self.strides_note}, block table {list(self.table)}, length {self.length}, "
+            f"logical block {self.logical}, head {self.head}"
+        )
+
+    @property
+    def strides_note(self) -> str:
+        if not self.head_padding:
+            return ""
+        s_head = self.head_dim + self.head_padding
+        return f" with strides ({self.block_size * self.heads * s_head}, {self.heads * s_head}, {s_head}, 1)"
+
+
+_BLOCK_CASES = (
+    _BlockCase("a full block in the middle of a sequence", (5, 2, 7), 9, 8, 2, 4, 21, 1, 1),
+    _BlockCase("the last block, 3 of its 8 slots hold tokens", (3, 0, 6), 8, 8, 2, 4, 19, 2, 0),
+    _BlockCase("one token in a block of 4, head 2 of 3", (4, 1), 6, 4, 3, 4, 5, 1, 2),
+    _BlockCase(
+        "a pool whose heads lie 6 apart, not head_dim 4 (a view of a wider tensor)", (2, 0), 4, 4, 2, 4, 7, 0, 1, 2
+    ),
+)
+
+
+def _random_block_case(description: str, rng) -> _BlockCase:
+    """A case drawn from ``rng`` (a random.Random): sizes, a scrambled table, a ragged length."""
+    block_size = rng.choice((4, 8, 16))
+    head_dim = rng.choice(tuple(d for d in (4, 8, 16) if d <= block_size))
+    heads = rng.randint(1, 4)
+    logical_blocks = rng.randint(2, 5)
+    num_blocks = logical_blocks + rng.randint(2, 6)
+    table = tuple(rng.sample([b for b in range(num_blocks)], logical_blocks))
+    if all(physical == logical for logical, physical in enumerate(table)):
+        table = table[1:] + table[:1]  # a table that maps each block to itself would hide a skipped lookup
+    length = rng.randint((logical_blocks - 1) * block_size + 1, logical_blocks * block_size)
+    logical = rng.randrange(logical_blocks)
+    padding = rng.choice((0, 0, 2))
+    return _BlockCase(
+        description, table, num_blocks, block_size, heads, head_dim, length, logical, rng.randrange(heads), padding
+    )
+
+
+def _run_block_case(load_block: Callable, case: _BlockCase) -> None:
+    scenario = case.scenario
+    shape = (case.num_blocks, case.block_size, case.heads, case.head_dim + case.head_padding)
+    pool, pool_cpu = _coded_pool(shape, case.head_dim)
+    table = torch.tensor(case.table, dtype=torch.int32, device=DEVICE)
+    out = Guarded.around(torch.full((case.block_size, case.head_dim), SENTINEL), fill=SENTINEL)
+    args = (pool, table, case.length, case.logical, case.head, out.inner)
+    (after,) = _run("load_block", load_block, args, (out,), scenario)
+    physical, rows = case.table[case.logical], case.rows
+    _require_guards_intact(
+        scenario,
+        "out",
+        out,
+        after,
+        "out is [BLOCK, D] and contiguous: store at out_ptr + slots[:, None] * D + rd[None, :], an address "
+        "tile of exactly BLOCK x D elements.",
+    )
+    got = out.inner_of(after)
+    expected = _block_as(pool_cpu, physical, case.head, rows, "right")
+    if _same_bits(got, expected):
+        return
+    shown = f"out[s, :] = pool[{physical}, s, {case.head}, :] for " + (
+        f"every slot (all {rows} hold tokens)" if rows == case.block_size else f"slots s < {rows}, 0 for the rest"
+    )
+    unwritten = got == SENTINEL
+    if bool(unwritten.any()):
+        first = [int(i) for i in torch.nonzero(unwritten)[0]]
+        if bool(unwritten[rows:].all()) and not bool(unwritten[:rows].any()):
+            fail(
+                scenario,
+                f"rows {rows} to {case.block_size - 1} of out (slots without a token) set to 0",
+                "they were never written",
+                "the masked load already gives 0 there (other=0.0): store the whole [BLOCK, D] tile, with "
+                "no mask on the store.",
+            )
+        fail(
+            scenario,
+            shown,
+            f"{int(unwritten.sum())} element(s) of out never written (first: row {first[0]}, column {first[1]})",
+            "store one [BLOCK, D] tile: out_ptr + slots[:, None] * D + rd[None, :] covers every element of out.",
+        )
+    named = []
+    if physical != case.logical:
+        named.append(
+            (
+                _block_as(pool_cpu, case.logical, case.head, rows, "right"),
+                f"the tile came from physical block {case.logical}, the logical block's own number: look the "
+                f"physical block up first, physical = tl.load(table_ptr + logical_block) (here block "
+                f"{physical}), then address pool_ptr + physical * s_block.",
+            )
+        )
+    if case.head_padding:
+        named.append(
+            (
+                _block_as(pool_cpu, physical, case.head, rows, "packed heads"),
+                f"the head was found at head * D, as if heads were packed: here they lie s_head = "
+                f"{case.head_dim + case.head_padding} apart (the pool is a view of a wider tensor). Use the "
+                "stride the launcher passes: base = pool_ptr + physical * s_block + head * s_head.",
+            )
+        )
+    named += [
+        (
+            _block_as(pool_cpu, physical, case.head, rows, "swapped"),
+            "the slot and column strides are exchanged: slots[:, None] * 1 + rd[None, :] * s_slot walks down "
+            "a column. Rows of the tile are slots (step s_slot), columns are head_dim (step 1): "
+            "slots[:, None] * s_slot + rd[None, :].",
+        ),
+        (
+            _block_as(pool_cpu, physical, case.head, rows, "unmasked"),
+            f"the slots past the sequence's length (position logical_block * BLOCK + s >= length, here slots "
+            f"{rows} and on) were loaded: they hold whatever an earlier sequence left there. Mask the load: "
+            "valid = logical_block * BLOCK + slots < length (shape [BLOCK]), mask=valid[:, None], other=0.0.",
+        ),
+        (
+            _block_as(pool_cpu, physical, case.head, rows, "columns"),
+            "the mask switched off columns instead of slots: a token is a row of the tile, so its [BLOCK] "
+            "mask must stand on the rows, valid[:, None] (shape [BLOCK, 1], broadcast along the columns), not "
+            "valid[None, :] or a mask built from rd.",
+        ),
+    ]
+    for wrong, diagnosis in named:
+        if not _same_bits(wrong, expected) and _same_bits(got, wrong):
+            fail(scenario, shown, "what one classic mistake gives, named below", diagnosis)
+    error = (got - expected).abs().nan_to_num(nan=math.inf)
+    row, column = (int(i) for i in torch.nonzero(error == error.max())[0])
+    want = (
+        "0 (a slot without a token)" if row >= rows else _where_from(float(expected[row, column]), shape, case.head_dim)
+    )
+    fail(
+        scenario,
+        shown,
+        f"out[{row}, {column}] holds {_where_from(float(got[row, column]), shape, case.head_dim)} instead of {want}",
+        "element (s, c) of the block lives at pool_ptr + physical * s_block + s * s_slot + head * s_head + c: "
+        "build that address as a [BLOCK, D] tile, slots[:, None] * s_slot + rd[None, :].",
+    )
+
+
+def _hidden_last_token_alone(load_block: Callable, rng) -> None:
+    case = _random_block_case("hidden", rng)
+    logical = len(case.table) - 1
+    _run_block_case(load_block, replace(case, logical=logical, length=logical * case.block_size + 1))
+
+
+def _hidden_last_head(load_block: Callable, rng) -> None:
+    heads = rng.randint(3, 6)
+    _run_block_case(load_block, replace(_random_block_case("hidden", rng), heads=heads, head=heads - 1))
+
+
+def _hidden_random(load_block: Callable, rng) -> None:
+    _run_block_case(load_block, _random_block_case("hidden", rng))
+
+
+HIDDEN_BLOCK_KINDS = {
+    "the last block of a sequence with a single token in it": _hidden_last_token_alone,
+    "the last head of a pool with several heads": _hidden_last_head,
+    "a random block of a random pool and table": _hidden_random,
+}
+
+
+@check(notebook="06_triton_warmup", builds="load_block")
+def check_load_block_kernel(load_block: Callable, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 5: ``load_block(pool, block_table, length, logical_block, head, out)`` copies one
+    [BLOCK, D] block of a 4-D pool, found through the block table, into out; slots without a
+    token give 0.
+
+    Each pool element holds its own offset + 0.5, so a wrong value says which address was loaded.
+    ``hidden=True`` (the hidden tests) runs two of ``HIDDEN_BLOCK_KINDS``, chosen and sized by ``seed``,
+    in place of the visible block drawn from ``seed``.
+    """
+    import random
+
+    # The hidden run's seed is the grader's secret: a case drawn from it runs only as a hidden kind,
+    # whose message shows none of its sizes.
+    drawn = (
+        () if hidden else (_random_block_case(f"a block drawn with seed {seed}", random.Random(f"load_block/{seed}")),)
+    )
+    cases = (*_BLOCK_CASES, *drawn)
+    for case in cases:
+        _run_block_case(load_block, case)
+    if hidden:
+        run_hidden_scenarios(HIDDEN_BLOCK_KINDS, seed, 2, load_block)
+    blocks = len(cases) + (2 if hidden else 0)
+    return f"{blocks} blocks, including a partly filled last block and a padded pool, guard bands intact"

@@ -7,6 +7,11 @@ inputs), it marks every element the kernel got wrong, left empty, or wrote outsi
 
 ``plot_gather`` draws a gather through an index table: output row i takes table row index[i].
 Given ``loaded`` (the table row each output row actually holds), wrong rows are drawn in red.
+
+``plot_block`` draws one [BLOCK, D] block of a 4-D pool as the grid of offsets a 2-D tile of
+addresses gives (block base + slot * s_slot + column), with the slots past the length hatched.
+Given ``stored`` (what the kernel wrote, loaded from ``offset_coded_pool``, whose every element
+holds its own offset), each cell also shows the address the kernel's load really used.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Sequence
 
 from .kernel_walk import _COLOURS
 
-__all__ = ["plot_gather", "plot_tiles"]
+__all__ = ["offset_coded_pool", "plot_block", "plot_gather", "plot_tiles"]
 
 _WRONG = "#C44E52"
 
@@ -26,11 +31,14 @@ def plot_tiles(
     loaded: Sequence[int | None] | None = None,
     outside: Sequence[int] = (),
     title: str | None = None,
+    tiles: str = "programs",
 ):
     """Draw ``length`` elements cut into tiles of ``block`` lanes. Returns the matplotlib Figure.
 
     loaded: optional, one entry per element: the input element the kernel stored there (None where
     it stored nothing). outside: offsets past the end (>= length) that the kernel wrote to.
+    tiles: "programs" (one program per tile, as in ``scale``) or "loop steps" (one program walks
+    the tiles in a loop, as in ``softmax``): only the labels above the tiles differ.
     """
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
     from matplotlib.patches import Rectangle
@@ -39,6 +47,8 @@ def plot_tiles(
         raise ValueError(f"length and block must be at least 1, got length={length}, block={block}")
     if loaded is not None and len(loaded) != length:
         raise ValueError(f"loaded must have one entry per element ({length}), got {len(loaded)}")
+    if tiles not in ("programs", "loop steps"):
+        raise ValueError(f"tiles must be 'programs' or 'loop steps', got {tiles!r}")
     programs = -(-length // block)
     lanes = programs * block
     figure, axes = plt.subplots(figsize=(max(6.0, 0.42 * lanes + 1.5), 1.9 if loaded is None else 2.5))
@@ -88,7 +98,8 @@ def plot_tiles(
                 weight="bold" if wrong else "normal",
             )
     for program in range(programs):
-        axes.text(program * block + block / 2, 1.25, f"program {program}", ha="center", va="bottom", fontsize=8)
+        label = f"program {program}" if tiles == "programs" else f"loop step {program} of program r"
+        axes.text(program * block + block / 2, 1.25, label, ha="center", va="bottom", fontsize=8)
     if loaded is not None:
         axes.text(-0.3, -0.45, "your kernel stored", ha="right", va="center", fontsize=8)
     axes.text(-0.3, 0.5, "element", ha="right", va="center", fontsize=8)
@@ -147,6 +158,117 @@ def plot_gather(
     axes.set_ylim(-0.4, height + 0.2)
     axes.set_axis_off()
     default = "what your kernel loaded" if loaded is not None else f"gather through the index table {picks}"
+    axes.set_title(title or default, fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def offset_coded_pool(shape: Sequence[int], device=None):
+    """A contiguous float32 pool [num_blocks, block_size, heads, head_dim] whose every element holds
+    its own offset from the pool's first element: a value loaded from it names its address."""
+    import math
+
+    import torch
+
+    if len(shape) != 4:
+        raise ValueError(f"shape must be [num_blocks, block_size, heads, head_dim], got {tuple(shape)}")
+    return torch.arange(math.prod(shape), dtype=torch.float32, device=device).view(*shape)
+
+
+def plot_block(
+    block_size: int,
+    heads: int,
+    head_dim: int,
+    physical: int,
+    head: int,
+    rows: int,
+    stored=None,
+    title: str | None = None,
+):
+    """Draw block ``physical`` of a contiguous pool [*, block_size, heads, head_dim], for ``head``, as
+    the [block_size, head_dim] grid of its elements' offsets; slots >= ``rows`` are hatched (masked).
+
+    stored: optional [block_size, head_dim] tensor or nested list, what the kernel wrote into ``out``
+    from an ``offset_coded_pool``: each cell then shows the offset the kernel really loaded (red
+    where it differs; a masked row must hold 0, and NaN means never written). Returns the Figure.
+    """
+    import math
+
+    import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
+    from matplotlib.patches import Rectangle
+
+    if min(block_size, heads, head_dim) < 1 or not 0 <= head < heads or physical < 0:
+        raise ValueError(f"need sizes >= 1, 0 <= head < heads, physical >= 0; got {block_size, heads, head_dim, head}")
+    if not 0 <= rows <= block_size:
+        raise ValueError(f"rows (slots holding tokens) must be in [0, {block_size}], got {rows}")
+    values = None
+    if stored is not None:
+        values = stored.tolist() if hasattr(stored, "tolist") else [list(row) for row in stored]
+        if len(values) != block_size or any(len(row) != head_dim for row in values):
+            raise ValueError(f"stored must be [{block_size}, {head_dim}], what out holds")
+    s_slot = heads * head_dim
+    s_block = block_size * s_slot
+    base = physical * s_block + head * head_dim
+    figure, axes = plt.subplots(figsize=(1.6 + 0.95 * head_dim + 2.6, 0.62 * block_size + 1.4))
+    for slot in range(block_size):
+        y = block_size - 1 - slot
+        masked = slot >= rows
+        colour = _COLOURS[0]
+        for column in range(head_dim):
+            address = base + slot * s_slot + column
+            wrong = False
+            text = "" if masked else str(address)
+            if values is not None:
+                got = values[slot][column]
+                if isinstance(got, float) and math.isnan(got):
+                    text, wrong = "-", True
+                elif masked:
+                    text, wrong = ("" if got == 0 else f"{got:g}"), got != 0
+                else:
+                    text, wrong = f"{got:g}", got != address
+            axes.add_patch(
+                Rectangle(
+                    (column, y),
+                    1,
+                    0.9,
+                    facecolor="white" if masked else colour,
+                    alpha=1.0 if masked else 0.45,
+                    edgecolor=_WRONG if wrong else colour,
+                    hatch="///" if masked else None,
+                    linewidth=2.5 if wrong else 1.0,
+                )
+            )
+            axes.text(
+                column + 0.5,
+                y + 0.45,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=_WRONG if wrong else "black",
+                weight="bold" if wrong else "normal",
+            )
+        note = "masked: no token" if masked else f"base + {slot} * {s_slot}"
+        axes.text(-0.2, y + 0.45, f"slot {slot}: {note}", ha="right", va="center", fontsize=8)
+    for column in range(head_dim):
+        axes.text(column + 0.5, block_size + 0.1, f"+{column}", ha="center", va="bottom", fontsize=8)
+    axes.text(
+        head_dim / 2,
+        block_size + 0.6,
+        f"base = {physical} * s_block + {head} * s_head = {base}   "
+        f"(s_block {s_block}, s_slot {s_slot}, s_head {head_dim})",
+        ha="center",
+        va="bottom",
+        fontsize=8,
+    )
+    axes.set_xlim(-3.2, head_dim + 0.2)
+    axes.set_ylim(-0.2, block_size + 1.2)
+    axes.set_axis_off()
+    default = (
+        "the offsets your kernel loaded (red: not the block's)"
+        if values is not None
+        else f"out[s, c] = pool[{physical}, s, {head}, c]: offsets slots[:, None] * s_slot + rd[None, :] from base"
+    )
     axes.set_title(title or default, fontsize=9)
     figure.tight_layout()
     return figure
