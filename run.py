@@ -5,8 +5,10 @@ The demos are the modules of paged_helpers/demos/ (found there, not listed here)
 
     python run.py paged            static slots vs paged blocks on the seeded workload
     python run.py radix            multi-turn chats: flat vs radix cache, FCFS vs cache-aware
-    python run.py gpu-check        on a CUDA GPU: every check, fork logits in bf16/fp32, notebooks 06, 07
-                                   and 09, the decode benchmark -> docs/gpu_check.json and .png
+    python run.py system           the learner's whole system: slots vs blocks, prefix cache, gather vs kernels
+    python run.py gpu-check        on a CUDA GPU, one process per stage within 8 minutes: kernels compiled,
+                                   the fork milestone on the kernel path in bf16, engine on kernels vs
+                                   gather, decode bandwidth vs SDPA -> docs/gpu_check.json and .png
 
 Demos that need the learner's classes read them from the notebooks in --impl DIR
 (default: notebooks/, the instructor's source). Point it at your own copies to run the

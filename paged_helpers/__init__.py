@@ -7,7 +7,7 @@ baseline caches, workloads, checks, widgets and plots. Never a solution.
 
 Map of the package:
   device            where the course runs (CUDA or CPU + Triton interpreter)
-  model             a readable Qwen3 that talks to any cache through cache.update(...), or cache.paged(...) with the learner's kernels
+  model             a readable Qwen3 on any cache: cache.update(...), or cache.paged(...) and kernels
   checkpoint        loading a real Qwen3 from a local folder (and saving one)
   course_data       where data/ is (clone or installed) and how its files are rebuilt
   words             the tiny Qwen3's word-level tokenizer: ph.tokenizer().encode / decode / token_text

@@ -12,13 +12,13 @@ peak. Three ways of computing the same decode step are compared:
                   the same tokens (no paging at all: the bar to reach)
 
 over batch sizes, context lengths and block sizes. Every contender is timed alike, with
-``triton.testing.do_bench``, and the timed region holds only device work: the learner's launcher
-is called once per shape outside it (its input validation copies to the host), its answer is
-compared with SDPA there, and what is timed is a replay of the Triton launches it made. For each
-shape the kernel's ``num_warps`` is chosen among 4 and 8 by compiling both for this GPU (no
-spills, then the faster). Peak bandwidth comes from the device's own properties (memory clock and
-bus width), or --peak-gbs. In Triton's interpreter (no GPU) timing means nothing, so there the
-demo only runs a tiny correctness pass.
+``triton.testing.do_bench`` (which empties L2 before every timed run), and the timed region holds
+only device work: the learner's launcher is called once per shape outside it (its input validation
+copies to the host), its answer is compared with SDPA there, and what is timed is a replay of the
+Triton launches it made. For each shape the kernel's ``num_warps`` is chosen among 4 and 8 by
+compiling both for this GPU (no spills, then the faster). Peak bandwidth comes from the device's
+own properties (memory clock and bus width), or --peak-gbs. In Triton's interpreter (no GPU)
+timing means nothing, so there the demo only runs a tiny correctness pass.
 
     python run.py kernel [--impl DIR] [--batch-sizes 1 8 32] [--context-lengths 512 2048 8192]
                          [--block-sizes 16 32 64 128] [--peak-gbs 4800]
@@ -44,6 +44,7 @@ __all__ = [
     "build_contenders",
     "correctness_pass",
     "format_result",
+    "l2_flush",
     "peak_bandwidth_gbs",
     "run",
 ]
@@ -112,9 +113,22 @@ def correctness_pass(paged_decode_attention: Callable) -> dict:
 
 
 def _time_ms(function: Callable[[], object]) -> float:
+    """Mean milliseconds of ``function`` by ``triton.testing.do_bench``, which empties L2 before every
+    timed run (it zeroes a buffer of its own: see ``l2_flush``), so each run reads K/V from HBM."""
     import triton.testing
 
     return float(triton.testing.do_bench(function, warmup=25, rep=100))
+
+
+def l2_flush() -> dict:
+    """The buffer do_bench writes before each timed run, against this GPU's L2: the flush holds only
+    if the buffer is the larger (Triton 3.9 zeroes 256 MB; an H100's L2 is 50 MB)."""
+    from triton import runtime
+
+    buffer = runtime.driver.active.get_empty_cache_for_benchmark()
+    written = buffer.numel() * buffer.element_size()
+    l2 = getattr(torch.cuda.get_device_properties(DEVICE), "L2_cache_size", 0) or None
+    return {"bytes_written": written, "l2_bytes": l2, "larger_than_l2": None if l2 is None else written > l2}
 
 
 @dataclass
@@ -278,6 +292,7 @@ def benchmark(
             "pool + SDPA; sdpa = SDPA on a contiguous cache"
         ),
         "bytes_counted": "K and V of every cached token, once: 2 * tokens * kv_heads * head_dim * itemsize",
+        "l2_flush": l2_flush(),
         "rows": rows,
     }
 
