@@ -25,15 +25,15 @@ chats running side by side in a small pool (eviction while requests hold locks).
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from ..demos.radix import create_holding
 from ..device import DEVICE
-from ..model import tiny_qwen3
+from ..model import tiny_config, tiny_qwen3
 from ..workloads import multi_turn_chats, random_tokens
-from .report import call_learner, check, fail
+from .report import call_learner, ceil_div, check, fail
 from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_int, learner_int_list, learner_tensor, strict_equal
 
@@ -41,6 +41,7 @@ __all__ = ["check_radix_logits"]
 
 BLOCK = 4
 DECODE_STEPS = 2
+VOCAB = tiny_config().vocab_size  # the model _ModelServer runs: tiny_qwen3(seed) keeps this config
 
 MATCHED_WRONG_HINT = (
     "match may only return blocks whose keys and values belong to exactly the probe's prefix: walk "
@@ -285,53 +286,132 @@ class _ModelServer:
         return f"the keys of another prefix of {len(written)} tokens"
 
 
-def _chat_and_neighbour(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
+# --- scenarios valid by construction -----------------------------------------------------------
+# A scenario is a plan: ("serve", seq, prompt, name, expect_reuse) steps and ("finish", seq) steps,
+# run in order. Its pool is sized from the plan by the account below before anything runs, so that
+# what the plan asks for is possible for any correct implementation, whatever it evicts first.
+
+Plan = list[tuple]
+
+
+def _held_by_one_request(prompt: list[int], earlier: list[list[int]]) -> int:
+    """The most blocks a correct implementation holds on one running request's behalf.
+
+    Its table: the prompt plus DECODE_STEPS tokens, in whole blocks. Plus one when the prompt ends
+    on a block boundary and an earlier prompt starts with all of it: match (which leaves out the
+    last token) cannot hand that last block over, so insert keeps the tree's copy, locked, beside
+    the table's own. Nothing is assumed shared with other requests (a correct tree may have evicted
+    what they could have shared).
+    """
+    duplicate = len(prompt) % BLOCK == 0 and any(other[: len(prompt)] == prompt for other in earlier)
+    return ceil_div(len(prompt) + DECODE_STEPS, BLOCK) + duplicate
+
+
+def _account(plan: Plan) -> tuple[int, int, int]:
+    """(running, unevicted, tree) blocks of ``plan`` for any correct implementation.
+
+    ``running``: the most blocks the requests running at one time hold (tables and locked tree
+    blocks): every other block is an unlocked tree block that evict can free, so a pool of at least
+    this many blocks can serve the plan. ``unevicted``: a bound on the blocks in use if nothing is
+    ever evicted (every distinct whole-block prefix served so far in the tree, plus the running
+    requests): a pool of at least this many never runs short. ``tree``: the distinct whole-block
+    prefixes of all the plan's prompts, which a tree that never evicts holds at the end: a pool of
+    fewer blocks forces evictions.
+    """
+    held: dict[str, int] = {}
+    served: list[list[int]] = []
+    prefixes: set[tuple[int, ...]] = set()
+    running = unevicted = 0
+    for step in plan:
+        if step[0] == "finish":
+            del held[step[1]]
+            continue
+        _, seq, prompt, _, _ = step
+        held[seq] = _held_by_one_request(prompt, served)
+        served.append(prompt)
+        prefixes |= {tuple(prompt[:end]) for end in range(BLOCK, len(prompt) + 1, BLOCK)}
+        running = max(running, sum(held.values()))
+        unevicted = max(unevicted, len(prefixes) + sum(held.values()))
+    return running, unevicted, len(prefixes)
+
+
+class _Scenario(NamedTuple):
+    """A scenario's name in messages, its pool, and the plan to run in it."""
+
+    name: str
+    pool: int
+    plan: Plan
+
+
+def _without_pressure(what: str, plan: Plan) -> _Scenario:
+    """A pool that never runs short (the account's ``unevicted`` bound, and at least 48 blocks): these
+    scenarios expect the brute-force reuse, which counts every prompt served as still cached."""
+    pool = max(48, _account(plan)[1])
+    return _Scenario(f"{what} (pool of {pool})", pool, plan)
+
+
+def _chat_and_neighbour(rng: random.Random) -> _Scenario:
     """Three turns of a chat, then a second chat's first turn sharing the system prompt; no pressure."""
-    server = _ModelServer(RadixCache, PagedKVCache, 48, "a 3-turn chat, then a second chat (pool of 48)", seed)
-    chats = multi_turn_chats(2, 3, 8, (3, 6), (4, 8), server.vocab, seed=rng.randrange(2**31)).turns
+    chats = multi_turn_chats(2, 3, 8, (3, 6), (4, 8), VOCAB, seed=rng.randrange(2**31)).turns
+    plan: Plan = []
     for turn, prompt in enumerate(chats[0]):
-        server.serve(f"chat0-turn{turn}", prompt, f"chat 0, turn {turn}", expect_reuse=True)
-        server.finish(f"chat0-turn{turn}")
-    server.serve("chat1-turn0", chats[1][0], "chat 1, turn 0", expect_reuse=True)
-    server.drain()
+        plan += [("serve", f"chat0-turn{turn}", prompt, f"chat 0, turn {turn}", True), ("finish", f"chat0-turn{turn}")]
+    plan.append(("serve", "chat1-turn0", chats[1][0], "chat 1, turn 0", True))
+    return _without_pressure("a 3-turn chat, then a second chat", plan)
 
 
-def _branches_inside_edges(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
+def _branches_inside_edges(rng: random.Random) -> _Scenario:
     """A 5-block prompt, then prompts leaving it after 2 and 3 blocks (splits), then it again."""
-    server = _ModelServer(RadixCache, PagedKVCache, 48, "prompts branching inside a cached edge (pool of 48)", seed)
-    base = random_tokens(21, server.vocab, rng)
+    base = random_tokens(21, VOCAB, rng)
     prompts = [
         ("the 21-token prompt", base),
-        ("a prompt leaving it after 2 blocks", base[:8] + random_tokens(7, server.vocab, rng)),
-        ("a prompt leaving it after 3 blocks", base[:12] + random_tokens(6, server.vocab, rng)),
+        ("a prompt leaving it after 2 blocks", base[:8] + random_tokens(7, VOCAB, rng)),
+        ("a prompt leaving it after 3 blocks", base[:12] + random_tokens(6, VOCAB, rng)),
         ("the 21-token prompt again", base),
     ]
+    plan: Plan = []
     for number, (name, prompt) in enumerate(prompts):
-        server.serve(f"request{number}", prompt, name, expect_reuse=True)
+        plan.append(("serve", f"request{number}", prompt, name, True))
         if number % 2:
-            server.finish(f"request{number - 1}")
-            server.finish(f"request{number}")
-    server.drain()
+            plan += [("finish", f"request{number - 1}"), ("finish", f"request{number}")]
+    return _without_pressure("prompts branching inside a cached edge", plan)
 
 
-def _side_by_side_under_pressure(RadixCache: Any, PagedKVCache: Any, rng: random.Random, seed: int) -> None:
-    """Three chats of four turns, two requests running at once, in a pool that forces evictions."""
-    server = _ModelServer(
-        RadixCache, PagedKVCache, 18, "three chats of four turns, two requests at once (pool of 18)", seed
-    )
-    chats = multi_turn_chats(3, 4, 4, (2, 5), (3, 6), server.vocab, seed=rng.randrange(2**31)).turns
+def _side_by_side_under_pressure(rng: random.Random) -> _Scenario:
+    """Three chats of four turns, two requests running at once, in a pool that forces evictions.
+
+    The pool is 18 blocks, or fewer when the chats are short (one block fewer than their tree would
+    hold, so that evictions are still forced), or more when two requests running side by side hold
+    more (the account's ``running`` bound: never a plan that a correct implementation cannot serve).
+    """
+    chats = multi_turn_chats(3, 4, 4, (2, 5), (3, 6), VOCAB, seed=rng.randrange(2**31)).turns
+    plan: Plan = []
     running: list[str] = []
     for turn in range(4):
         for chat in rng.sample(range(3), 3):
             seq = f"chat{chat}-turn{turn}"
-            server.serve(seq, chats[chat][turn], f"chat {chat}, turn {turn}", expect_reuse=False)
+            plan.append(("serve", seq, chats[chat][turn], f"chat {chat}, turn {turn}", False))
             running.append(seq)
             if len(running) > 1:
-                server.finish(running.pop(0))
-    server.drain()
+                plan.append(("finish", running.pop(0)))
+    held, _, tree = _account(plan)
+    pool = max(held, min(18, tree - 1))
+    return _Scenario(f"three chats of four turns, two requests at once (pool of {pool})", pool, plan)
 
 
+# Each draws its prompts from the check's rng, in this order, before any model runs.
 SCENARIOS = (_chat_and_neighbour, _branches_inside_edges, _side_by_side_under_pressure)
+
+
+def _run(RadixCache: Any, PagedKVCache: Any, scenario: _Scenario, seed: int) -> None:
+    server = _ModelServer(RadixCache, PagedKVCache, scenario.pool, scenario.name, seed)
+    for step in scenario.plan:
+        if step[0] == "serve":
+            _, seq, prompt, name, expect_reuse = step
+            server.serve(seq, prompt, name, expect_reuse=expect_reuse)
+        else:
+            server.finish(step[1])
+    server.drain()
 
 
 @check(
@@ -342,6 +422,6 @@ SCENARIOS = (_chat_and_neighbour, _branches_inside_edges, _side_by_side_under_pr
 def check_radix_logits(RadixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
     """Requests reusing the tree's blocks on the tiny Qwen3 give their from-scratch logits."""
     rng = random.Random(seed)
-    for scenario in SCENARIOS:
-        scenario(RadixCache, PagedKVCache, rng, seed)
+    for make in SCENARIOS:
+        _run(RadixCache, PagedKVCache, make(rng), seed)
     return f"{len(SCENARIOS)} scenarios, every prefilled and decoded row equal to a from-scratch run"
