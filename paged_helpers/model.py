@@ -254,8 +254,7 @@ class Qwen3Attention(nn.Module):
 
         if attention is not None:
             _check_cache_dtype(self.layer, cache, k)
-            paged = cache.paged(self.layer, k, v, positions)
-            _check_paged_reply(self.layer, cache, paged, k)
+            paged = _read_paged_reply(self.layer, cache, cache.paged(self.layer, k, v, positions), k)
             out = attention(self.layer, q, paged, positions)  # [B, H, T, D]
             return self.o_proj(out.transpose(1, 2).reshape(batch, steps, self.heads * self.head_dim))
         if cache is None:
@@ -332,14 +331,23 @@ def _check_cache_reply(
         )
 
 
-def _check_paged_reply(layer: int, cache: object, paged: object, new_k: torch.Tensor) -> None:
-    """A cache whose ``paged`` breaks the protocol gets a message naming what it returned."""
+def _read_paged_reply(layer: int, cache: object, reply: object, new_k: torch.Tensor) -> PagedKV:
+    """``cache.paged``'s reply as this module's PagedKV; a reply that breaks the protocol gets a
+    message naming what it returned.
+
+    Read by field, not by class: the learner's notebook may have built its PagedKV from another
+    import of this module (the grader imports the package afresh in every test cell).
+    """
     name = type(cache).__name__
-    if not isinstance(paged, PagedKV):
+    fields = PagedKV._fields
+    if not all(hasattr(reply, field) for field in fields):
         raise TypeError(
-            f"{name}.paged(layer={layer}) returned {type(paged).__name__}; the kernel path needs "
+            f"{name}.paged(layer={layer}) returned {type(reply).__name__}; the kernel path needs "
             "paged_helpers.model.PagedKV(k_pool, v_pool, block_tables, block_size)"
         )
+    paged = PagedKV(*(getattr(reply, field) for field in fields))
+    if isinstance(paged.block_size, bool) or not isinstance(paged.block_size, int) or paged.block_size < 1:
+        raise ValueError(f"{name}.paged(layer={layer}) returned block_size {paged.block_size!r}; expected an int >= 1")
     batch, kv_heads, _, head_dim = new_k.shape
     for label in ("k_pool", "v_pool"):
         pool = getattr(paged, label)
@@ -360,6 +368,7 @@ def _check_paged_reply(layer: int, cache: object, paged: object, new_k: torch.Te
             f"{name}.paged(layer={layer}) returned block_tables of shape {shape}; the protocol needs "
             f"[batch={batch}, max_blocks] (the table_tensor set_batch built)"
         )
+    return paged
 
 
 class Qwen3MLP(nn.Module):

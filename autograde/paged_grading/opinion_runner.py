@@ -38,6 +38,7 @@ import signal
 import sys
 import sysconfig
 import time
+import types
 
 if __name__ == "__main__":
     # A graded run (paged_helpers.checks.report.graded_run), as in the grading kernel: decided before
@@ -227,13 +228,25 @@ def _first_outside_torch(frame):
     return frame
 
 
-def _torch_math_watch(watch: Watch):
+def _inside(frame, codes: frozenset) -> bool:
+    """Whether ``frame`` runs within a call of one of ``codes`` (the learner's launchers)."""
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _torch_math_watch(watch: Watch, launchers: frozenset):
     """A torch function mode that reports torch math called directly from student code.
 
     Used when the student's notebook defines Triton kernels: there the answer must come from a
     kernel, so ``out.copy_(x * factor)`` after a launch that does nothing is caught, and so is
     any value of the launcher's float inputs read out in Python (``x.tolist()``, then a kernel of
     one's own that copies a Python-made answer; see ``paged_helpers.checks.launcher_reads``).
+    Only student code running within a launcher the check was handed (``launchers``: their code
+    objects) is watched: the learner's cache, which a check such as ``check_kernel_fork_logits``
+    runs beside the kernels, writes its pools with torch by design.
     """
     import torch
     from torch.overrides import TorchFunctionMode
@@ -248,18 +261,21 @@ def _torch_math_watch(watch: Watch):
                 caller = sys._getframe(1)
             finally:
                 watch.busy = was_busy
-            if name in TORCH_MATH and _is_learner(caller):
+            watched = _is_learner(caller) and _inside(caller, launchers)
+            if name in TORCH_MATH and watched:
                 watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
-            elif name in TORCH_TO_NUMPY and _is_learner(caller):
+            elif name in TORCH_TO_NUMPY and watched:
                 watch.report(
                     f"student code took a tensor's values out with Tensor.{name}() in a Triton notebook's check "
                     "(numpy or Python arithmetic outside the Triton kernel)"
                 )
+            actor = _first_outside_torch(caller)
+            watched = _is_learner(actor) and _inside(actor, launchers)
             placeholder = printed_text(func, args)
-            if placeholder is not None and _is_learner(_first_outside_torch(caller)):
+            if placeholder is not None and watched:
                 return placeholder
             result = func(*args, **(kwargs or {}))
-            if reads_values(func, args, kwargs, result) and _is_learner(_first_outside_torch(caller)):
+            if reads_values(func, args, kwargs, result) and watched:
                 watch.report(
                     f"student code read the values of a tensor the check gave its launcher (torch {name}) "
                     "in Python: only the Triton kernel may load them"
@@ -287,7 +303,13 @@ def _child(cell: dict, notebook: str, out: int, token: str) -> None:
         watch.armed = True
         module = load_definitions(notebook, module_name="learner_submission")
         outcome["load_changes"] = _restore_import_system()
-        mode = _torch_math_watch(watch) if _defines_triton_kernels(module) else None
+        launchers = frozenset(
+            value.__code__
+            for call in cell["calls"]
+            for kind, name in call["args"]
+            if kind == "name" and isinstance(value := getattr(module, name, None), types.FunctionType)
+        )
+        mode = _torch_math_watch(watch, launchers) if _defines_triton_kernels(module) else None
         for call in cell["calls"]:
             function = CHECKS[call["check"]]
             args = [getattr(module, v) if kind == "name" else v for kind, v in call["args"]]
