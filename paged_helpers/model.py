@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Protocol
+from dataclasses import fields as dataclass_fields
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -77,6 +78,10 @@ class Qwen3Config:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# What a learner's engine may read of a config the grader lends it (see learner_view.peer): its fields.
+Qwen3Config.lent_names = tuple(field.name for field in dataclass_fields(Qwen3Config))
 
 
 class KVCache(Protocol):
@@ -207,9 +212,7 @@ def rotary_cos_sin(
     positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin for absolute positions [B, T] -> two tensors [B, 1, T, head_dim]."""
-    inv_freq = 1.0 / theta ** (
-        torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
-    )
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
     angles = positions.float()[..., None] * inv_freq  # [B, T, head_dim / 2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, T, head_dim]
     return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
@@ -403,6 +406,10 @@ class Qwen3(nn.Module):
     cache, attention reads the pool through the given kernels instead of a gather (module docstring).
     """
 
+    # What a learner's engine may read of the model the grader lends it: a call runs the forward
+    # pass; nothing else of the model (its weights, its methods) is the learner's to reach.
+    lent_names: ClassVar[tuple[str, ...]] = ("config", "device", "dtype")
+
     def __init__(self, config: Qwen3Config) -> None:
         super().__init__()
         self.config = config
@@ -410,9 +417,7 @@ class Qwen3(nn.Module):
         self.layers = nn.ModuleList(Qwen3Block(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = (
-            None
-            if config.tie_word_embeddings
-            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
 
     @property
@@ -445,9 +450,7 @@ class Qwen3(nn.Module):
             )
         if positions is None:
             if cache is not None:
-                raise ValueError(
-                    "positions are required with a cache: pass each new token's absolute position"
-                )
+                raise ValueError("positions are required with a cache: pass each new token's absolute position")
             positions = torch.arange(steps, device=self.device)
         positions = torch.as_tensor(positions, device=self.device)
         if positions.shape == (steps,):
@@ -457,9 +460,7 @@ class Qwen3(nn.Module):
                 f"positions must have shape [{steps}] or [{batch}, {steps}] to match tokens {tuple(tokens.shape)}; "
                 f"got {tuple(positions.shape)}"
             )
-        if positions.dtype not in (torch.int64, torch.int32) or (
-            positions.numel() and int(positions.min()) < 0
-        ):
+        if positions.dtype not in (torch.int64, torch.int32) or (positions.numel() and int(positions.min()) < 0):
             raise ValueError(f"positions must be non-negative integers; got {positions.dtype}")
 
         if attention is not None:

@@ -9,6 +9,7 @@ to keep the run short.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -531,7 +532,11 @@ def test_hidden_only_scenarios_fail_without_naming_their_parameters(bad_class):
     root = bad_class[0]
     notebook = autograded_notebook(root, "capped_share", A)
     messages = errors_of(notebook, TEST)
-    assert any("a hidden scenario failed: one block shared by many tables" in m for m in messages), messages
+    # Every hidden kind runs, in an order drawn from the secret seed: the first to fail is one that
+    # shares a block more than 7 times, and its message names no size, id or count of the scenario.
+    failed = [m for m in messages if "a hidden scenario failed:" in m]
+    assert failed, messages
+    assert not re.search(r"\bpool of \d|expected: \d|got: +\d", failed[0]), failed[0]
     text = feedback_text(root, "capped_share", A)
     assert "a hidden scenario failed" in text and "2026" not in text
 

@@ -25,10 +25,10 @@ from paged_helpers.checks import (
     check_split_k_decode,
 )
 from paged_helpers.checks import kernels as kernel_checks
-from paged_helpers.checks.isolated import isolation_available, run_isolated
 from paged_helpers.kernel_inputs import validate_decode_inputs, validate_prefill_inputs
 from paged_helpers.notebook_loader import load_definitions
 from paged_helpers.reference import gather_history, paged_decode_reference, paged_prefill_reference
+from paged_helpers.running.isolated import isolation_available, run_isolated
 
 from conftest import NOTEBOOKS, solution, strip_ansi
 from student_release import release_definition

@@ -335,3 +335,25 @@ def test_the_tree_is_read_strictly(right, failing_message, monkeypatch):
     never_unlocks = type("NeverUnlocks", (right[0],), {"unlock": unlock_never})
     message = failing_message(check_radix_cache, never_unlocks, right[1])
     assert "node.lock_count" in message and "EqualsAnything" in message, message
+
+
+def test_hidden_queues_fail_an_order_that_only_knows_the_visible_answers():
+    """Issue 24: the visible queues are public (``ORDER_CASES``); an order replaying their answers
+    passes them, and the hidden queues drawn from the grader's secret seed fail it."""
+    import random
+
+    from paged_helpers.checks import CheckFailed, check_cache_aware_order
+    from paged_helpers.checks.radix import ORDER_CASES
+
+    answers = {
+        (tuple(w), tuple(sorted(c.items())), tuple(sorted(t.items())), m): e for _, w, c, t, m, e, _ in ORDER_CASES
+    }
+
+    def replayed(waiting, cached, waited, max_wait=4):
+        key = (tuple(waiting), tuple(sorted(cached.items())), tuple(sorted(waited.items())), max_wait)
+        return list(answers.get(key, waiting))
+
+    check_cache_aware_order(replayed)
+    for seed in (random.getrandbits(31) for _ in range(5)):
+        with pytest.raises(CheckFailed, match="a hidden scenario failed"):
+            check_cache_aware_order(replayed, seed=seed, hidden=True)

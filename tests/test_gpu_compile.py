@@ -1,4 +1,4 @@
-"""Compiling the kernels for CUDA GPUs without one (``paged_helpers.checks.gpu_compile``).
+"""Compiling the kernels for CUDA GPUs without one (``paged_helpers.running.gpu_compile``).
 
 Every instructor kernel of notebooks 07 and 09 must compile for sm_80 and sm_90 at the check
 shapes (a GPU runs the same checks) and the benchmark's shapes, without register spills; a
@@ -15,7 +15,6 @@ import torch
 from test_checks_kernels import DECODE, PREFILL, message_of, variant
 
 from paged_helpers.checks import check_paged_prefill
-from paged_helpers.checks.gpu_compile import TARGETS, capture_launches, compile_launches, explain_failure
 from paged_helpers.checks.kernel_scenarios import (
     BENCHMARK_DECODE_CASE,
     DECODE_CASES,
@@ -26,6 +25,7 @@ from paged_helpers.checks.kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
+from paged_helpers.running.gpu_compile import TARGETS, capture_launches, compile_launches, explain_failure
 
 from conftest import solution
 
@@ -173,7 +173,7 @@ def test_the_compile_process_binds_tensors_right_without_importing_torch():
     import subprocess
     import sys
 
-    from paged_helpers.checks import gpu_compile
+    from paged_helpers.running import gpu_compile
 
     launches = _launches(DECODE, "paged_decode_attention", DECODE_CASES, _decode_args)
     modules = {gpu_compile._module_id(launch.module_source): launch.module_source for launch in launches}
@@ -213,7 +213,7 @@ def test_a_graded_run_trusts_no_compile_result_on_disk(tmp_path, monkeypatch):
     result file it planted would pass a kernel that never compiles for a GPU."""
     import json
 
-    from paged_helpers.checks import gpu_compile
+    from paged_helpers.running import gpu_compile
 
     wrong = variant(tmp_path, PREFILL, "paged_prefill_attention", DOT_FOR_PV)
     (launch,) = capture_launches(wrong, _prefill_args(PREFILL_CASES[0]))
@@ -234,7 +234,7 @@ def test_the_disk_cache_is_off_when_the_package_is_imported_for_grading():
     import subprocess
     import sys
 
-    script = "import paged_helpers.checks.gpu_compile as g; print('DISK', g._DISK_CACHE)"
+    script = "import paged_helpers.running.gpu_compile as g; print('DISK', g._DISK_CACHE)"
     for graded, expected in (("1", "DISK False"), ("", "DISK True")):
         done = subprocess.run(
             [sys.executable, "-c", script],

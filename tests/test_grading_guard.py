@@ -273,25 +273,6 @@ def test_check_calls_are_read_as_data_never_run(tmp_path):
             second_opinion.check_calls(bad)
 
 
-def test_only_one_genuine_outcome_counts():
-    from autograde_helpers import opinion_runner
-
-    def line(record):
-        return (__import__("json").dumps(record) + "\n").encode()
-
-    real = line({"outcome": {"token": "t0k", "passed": True, "message": "", "load_changes": []}})
-    assert opinion_runner.judge(real, "t0k", False, 5) == {"passed": True, "message": "", "flags": [], "hidden": False}
-    failed_hidden = line({"outcome": {"token": "t0k", "passed": False, "message": "CheckFailed: x", "hidden": True}})
-    assert opinion_runner.judge(failed_hidden, "t0k", False, 5)["hidden"] is True
-    forged = line({"outcome": {"token": "guess", "passed": True}})
-    verdict = opinion_runner.judge(forged + real, "t0k", False, 5)
-    assert not verdict["passed"] and "forged" in verdict["flags"][0]
-    assert not opinion_runner.judge(real + real, "t0k", False, 5)["passed"]
-    assert not opinion_runner.judge(line({"flag": "student code used ctypes"}) + real, "t0k", False, 5)["passed"]
-    assert not opinion_runner.judge(b"", "t0k", False, 5)["passed"]
-    assert not opinion_runner.judge(real, "t0k", True, 5)["passed"]
-
-
 def test_feedback_outputs_never_show_hidden_lines_or_parameters():
     from autograde_helpers import hidden
 
@@ -343,7 +324,10 @@ CLEAN_RUN_CASES = {
     ),
     "forges_a_result": (
         _allocator_submission,
-        {"method_line": "        import os; [os.write(fd, b'{\"outcome\": {}}\\n') for fd in (3, 4, 5)]"},
+        {
+            "method_line": "        import os, contextlib\n        for fd in range(3, 16):\n"
+            "            with contextlib.suppress(OSError): os.write(fd, b'{\"outcome\": {\"passed\": true}}\\n')"
+        },
         False,
         "forged",
     ),

@@ -1,4 +1,4 @@
-"""paged_helpers.checks.launcher_reads: which torch calls of a launcher read its float inputs' values.
+"""paged_helpers.running.launcher_reads: which torch calls of a launcher read its float inputs' values.
 
 The grader's clean run flags those calls (tests/test_grading_guard.py runs it in a sandbox); here
 the rule itself, on what honest launchers do and on the ways an answer can be read out in Python.
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from paged_helpers.checks.launcher_reads import launcher_inputs, reads_values
+from paged_helpers.running.launcher_reads import launcher_inputs, reads_values
 
 
 class Reads(TorchFunctionMode):
@@ -94,7 +94,7 @@ def test_nothing_is_marked_outside_a_launcher_call():
 def test_a_marked_input_prints_as_a_placeholder_in_the_clean_run():
     """Printed text could be read back to every digit: where the clean run prints a marked input
     for student code, the text is a placeholder (its output goes nowhere anyway)."""
-    from paged_helpers.checks.launcher_reads import PLACEHOLDER, printed_text
+    from paged_helpers.running.launcher_reads import PLACEHOLDER, printed_text
 
     q, k_pool, v_pool, tables, lengths = _inputs()
     with launcher_inputs((q, k_pool, v_pool, tables, lengths)):

@@ -124,13 +124,15 @@ def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
 _CLEAN_RUN_OF_A_V3_NOTEBOOK = """
 import sys
 sys.path[:0] = [sys.argv[2], sys.argv[3]]  # this tree's paged_helpers, and autograde/
-from paged_grading import opinion_runner  # records the import system, as the clean run does first
+from paged_grading import learner_host  # records the import system, as the clean run's learner process does
+from paged_helpers.notebook_loader import load_definitions
 
-module = opinion_runner.load_definitions(sys.argv[1], module_name="learner_submission")
-changes = opinion_runner._restore_import_system()
+module = load_definitions(sys.argv[1], module_name="learner_submission")
+changes = learner_host._restore_import_system()
 assert changes == [], changes
-assert opinion_runner.load_definitions.__module__ == "paged_helpers.notebook_loader"
-opinion_runner.CHECKS["check_block_allocator"](module.BlockAllocator, seed=5)
+from paged_helpers.checks import check_block_allocator
+
+check_block_allocator(module.BlockAllocator, seed=5)
 print("clean", "nbformat" in sys.modules)
 """
 

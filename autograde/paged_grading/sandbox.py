@@ -1,13 +1,14 @@
 """A bubblewrap sandbox around every piece of student code the grader runs.
 
-What a sandboxed process (the grading kernel of one student's notebook, or a second-opinion
-run, see ``second_opinion``) can see and do:
+What a sandboxed process (the grading kernel of one student's notebook, or the learner's process
+of a second-opinion run, see ``second_opinion``) can see and do:
 
 * the file system is empty except for, read-only: the system (``/usr``, ``/etc``), the Python
   runtime and virtual environment, the installed ``paged_helpers`` package folder (only that
-  folder, never the repository around an editable install), the grader's pristine copies of the
-  package (``guard``), the student's own ``submitted/<student>/`` folder, and ``published/``
-  when the course has one (released solutions of earlier notebooks). At the path of the
+  folder, never the repository around an editable install; for the learner's process of the
+  clean run, the package's learner view in its place: no checks or references), the grader's
+  pristine copies of the package (``guard``), the student's own ``submitted/<student>/`` folder,
+  and ``published/`` when the course has one (released solutions of earlier notebooks). At the path of the
   student's ``autograded/<student>/`` lies a scratch folder of the grader's (``Sandbox.scratch``),
   never the real one: the kernel works in ``<scratch>/<assignment>/``, which starts with copies of
   the regular files the student submitted beside the notebook, and everything written there is
@@ -176,11 +177,14 @@ def bwrap_args(
     readable: list[Path] = (),
     limits: Limits = Limits(),
     scratch_writable: bool = True,
+    package: Path | None = None,
 ) -> list[str]:
     """The bubblewrap command line (without the command to run) for one student's code.
 
     ``scratch`` (a folder of the grader's) is mounted where the student's ``autograded/<student>/``
-    would be; the real one is not mounted at all.
+    would be; the real one is not mounted at all. ``package`` (a folder of the grader's), when
+    given, is mounted where the package is installed instead of the package itself: the learner's
+    view of it (``package_view``), without checks or references.
     """
     args = [
         require_bwrap(),
@@ -201,7 +205,10 @@ def bwrap_args(
         elif link.is_dir():
             args += ["--ro-bind", str(link), str(link)]
     args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
-    for path in [*python_runtime_dirs(), installed_package_dir(), *course_data_dirs(), *readable]:
+    for path in python_runtime_dirs():
+        args += _ro(path)
+    args += ["--ro-bind", str(package), str(installed_package_dir())] if package else _ro(installed_package_dir())
+    for path in [*course_data_dirs(), *readable]:
         args += _ro(path)
     for path in (submission.root / "submitted" / submission.student, submission.root / "published"):
         args += _ro(path)
@@ -425,6 +432,7 @@ class Sandbox:
         limits: Limits = Limits(),
         scratch_writable: bool = True,
         writable: list[Path] = (),
+        package: Path | None = None,
     ):
         self.submission = submission
         self.limits = limits
@@ -444,7 +452,13 @@ class Sandbox:
                 *self.cgroup.enter_command(),
                 *prlimit_args(limits, with_nproc=self.cgroup.path is None),
                 *bwrap_args(
-                    submission, self.scratch, [self.private, *writable], list(readable), limits, scratch_writable
+                    submission,
+                    self.scratch,
+                    [self.private, *writable],
+                    list(readable),
+                    limits,
+                    scratch_writable,
+                    package,
                 ),
                 "--",
                 # A shell between bubblewrap's pid 1 and the command: ipykernel shuts itself down
@@ -473,6 +487,23 @@ class Sandbox:
         for folder in (self.private, self.scratch):  # rmtree removes links, never follows them
             shutil.rmtree(folder, ignore_errors=True)
         _OPEN.discard(self)
+
+
+@functools.cache
+def learner_package_view() -> Path:
+    """The learner's view of the package (no checks, references or demos), made once per grader.
+
+    Built from the installed package by ``paged_helpers.learner_view.package_view`` (loaded from
+    its file: the grader need not import torch for it); removed at exit, or by ``sweep`` if the
+    grader died.
+    """
+    module_file = installed_package_dir() / "learner_view" / "package_view.py"
+    spec = importlib.util.spec_from_file_location("_paged_package_view", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{owner_tag()}-view-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return module.build(folder / "paged_helpers")
 
 
 # Sandboxes not closed yet: closed at exit, and on SIGTERM/SIGHUP (a grader stopped by a timeout).

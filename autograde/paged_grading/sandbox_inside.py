@@ -1,7 +1,7 @@
 """What a long-lived process inside a student's sandbox does between two of that student's notebooks.
 
-Two such processes exist, each in a sandbox of its own: the second opinion's runner
-(``opinion_runner.py --serve``) and the kernel zygote (``kernel_zygote.py``). Each imports torch
+Two such processes exist, each in a sandbox of its own: the second opinion's learner zygote
+(``learner_host.py``) and the kernel zygote (``kernel_zygote.py``). Each imports torch
 once per student and forks a child per cell or per notebook; before the next notebook's
 children start, everything the last ones left is gone, as if the notebook had a sandbox of its
 own: their processes, the sandbox's ``/tmp`` (HOME and caches live there), ``/dev/shm`` and

@@ -4,11 +4,13 @@ nbgrader's own run executes the whole notebook in one kernel, so a cell the stud
 before the tests can change what the tests do (an import hook, a fake module in
 ``sys.modules``, an IPython AST transformer, an ``execute_result`` that nbgrader counts as
 credit). After that run, this preprocessor (autograde step, before grades are saved) grades
-each test cell again, independently, in a fresh sandboxed process (``opinion_runner``): the
-checks are imported first, then only the submission's definitions are loaded, by
-``load_from_notebook``'s rules, and the cell's check calls (parsed here from the locked test
-cell, never executed as text) are made. The verdicts come back as data; the scores are
-decided here, outside the sandbox:
+each test cell again, independently: the checker (``opinion_runner``, outside the sandbox,
+never running student code) makes the cell's check calls (parsed here from the locked test
+cell, never executed as text) on the learner's objects, which live in a fresh learner process
+per cell inside the student's sandbox (``learner_host``: only the submission's definitions,
+loaded by ``load_from_notebook``'s rules, and a view of the package without checks or
+references); the two exchange plain data only. The verdicts come back as data; the scores are
+decided here:
 
 The hidden calls run in the clean run only: ``StartSecondOpinion`` takes them out of the test
 cells before nbgrader's kernel runs the notebook (``_Plan.withhold_hidden_tests``), so the kernel
@@ -38,6 +40,7 @@ import os
 import re
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,7 +57,8 @@ from . import hidden, integrity, sandbox
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 SECOND_OPINION = "SecondOpinion"
-RUNNER = Path(__file__).with_name("opinion_runner.py")
+RUNNER = Path(__file__).with_name("opinion_runner.py")  # the checker, outside the sandbox
+HOST = Path(__file__).with_name("learner_host.py")  # the learner's process, inside it
 _GUARD_BLOCK = re.compile(re.escape(GUARD_BEGIN) + r".*?" + re.escape(GUARD_END) + r"\n?", re.S)
 
 # Constructs an honest notebook of this course has no reason to contain; each is a known way
@@ -164,26 +168,39 @@ def _kernel_passed(cell: NotebookNode) -> bool:
     return score is not None and max_score is not None and score >= max_score
 
 
+def _learner_host(submission: sandbox.Submission) -> tuple[sandbox.Sandbox | None, list[str]]:
+    """The student's sandbox for the learner's process, and the command that starts it there.
+
+    The checker (``opinion_runner``) runs outside: it runs no student code. The learner's process
+    (``learner_host``) runs inside, read-only, with the learner's view of the package in place of
+    the package (no check, reference or answer to read or import).
+    """
+    if sandbox.sandbox_disabled():
+        return None, [sys.executable, str(HOST)]
+    box = sandbox.Sandbox(
+        submission, readable=[HOST.parent], scratch_writable=False, package=sandbox.learner_package_view()
+    )
+    return box, [*box.prefix, sys.executable, str(HOST), "--sandboxed"]
+
+
+def _checker() -> list[str]:
+    return [sys.executable, str(RUNNER)]
+
+
 class RunnerJob:
     """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
 
     def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
         self.deadline = time.monotonic() + budget
-        self.box = None
-        if sandbox.sandbox_disabled():
-            spec = {**spec, "sandboxed": False}
-            self.spec_path = Path(submission.scratch) / ".second_opinion.json"
-            prefix: list[str] = []
-        else:
-            self.box = sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False)
-            spec = {**spec, "sandboxed": True}
-            self.spec_path = self.box.private / "spec.json"
-            prefix = self.box.prefix
+        self.box, host = _learner_host(submission)
+        spec = {**spec, "host": host, "cwd": str(submission.scratch)}
+        self.folder = Path(tempfile.mkdtemp(prefix="paged-opinion-"))
+        self.spec_path = self.folder / "spec.json"
         self.spec_path.write_text(json.dumps(spec))
         # Files, not pipes: nobody reads the output until the kernel's run is over.
         self.stdout = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, str(RUNNER), str(self.spec_path)],
+            [*_checker(), str(self.spec_path)],
             cwd=submission.scratch,
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
@@ -216,29 +233,24 @@ class RunnerJob:
         if self.box is not None:
             self.box.close()
             self.box = None
-        else:
-            self.spec_path.unlink(missing_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class StudentRunner:
-    """One sandboxed ``opinion_runner.py --serve`` for all the notebooks of one submission.
+    """One ``opinion_runner.py --serve`` (outside the sandbox) for all the notebooks of one submission,
+    with its learner's process in the student's sandbox.
 
-    torch and the checks are imported once per student instead of once per notebook. The
-    sandbox is the student's (their own folders only, read-only); every cell still runs in a
-    child forked from the runner, which never runs student code, and the runner kills whatever a
-    child left behind before the next notebook. A runner that overruns a notebook's budget is
-    killed; the next notebook starts a new one.
+    torch and the checks are imported once per student instead of once per notebook, and so is
+    the learner's zygote, which forks a fresh learner process for every cell and kills whatever
+    one left behind. A runner that overruns a notebook's budget is killed; the next notebook
+    starts a new one.
     """
 
     def __init__(self, submission: sandbox.Submission):
         self.student = (submission.root, submission.student)
-        self.sandboxed = not sandbox.sandbox_disabled()
-        self.box = (
-            sandbox.Sandbox(submission, readable=[RUNNER.parent], scratch_writable=False) if self.sandboxed else None
-        )
-        prefix = self.box.prefix if self.box is not None else []
+        self.box, self.host = _learner_host(submission)
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, str(RUNNER), "--serve"],
+            [*_checker(), "--serve"],
             cwd=submission.scratch,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -256,7 +268,7 @@ class StudentRunner:
         self.requests += 1
         if self.box is not None:
             self.box.prepare(submission.assignment)
-        spec = {**spec, "sandboxed": self.sandboxed, "cwd": str(submission.scratch), "request": self.requests}
+        spec = {**spec, "host": self.host, "cwd": str(submission.scratch), "request": self.requests}
         self.process.stdin.write((json.dumps(spec) + "\n").encode())
         self.process.stdin.flush()
         return self.requests

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from ..device import DEVICE
+from ..learner_view.access import assign
 from ..model import tiny_qwen3
 from ..workloads import fork_prompt
 from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
@@ -329,8 +330,8 @@ class _Scene:
             base = 1000 * self.writers[seq] + position
             block, offset = table[position // BLOCK], position % BLOCK
             for layer in range(LAYERS):
-                self.cache.k_pool[layer][block, :, offset] = _key(base, layer)
-                self.cache.v_pool[layer][block, :, offset] = _value(base, layer)
+                assign(self.cache, ("k_pool", layer, (block, slice(None), offset)), _key(base, layer))
+                assign(self.cache, ("v_pool", layer, (block, slice(None), offset)), _value(base, layer))
             self.history[seq].append(base)
             self.author[base] = (seq, position)
         self.cache.lengths[seq] = length + count

@@ -16,6 +16,8 @@ each check takes milliseconds.
 
 from __future__ import annotations
 
+from ..learner_view.access import transfer
+from ..learner_view.remote import is_remote, remote_type
 from ..serving import Sequence, sample_seed
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build
@@ -53,6 +55,7 @@ def _leave_in_prefix_cache(cache, prefix, seq_id: str, tokens: list[int]) -> Non
 def _place(engine, seq: Sequence, computed: int) -> Sequence:
     """seq running, with its first ``computed`` tokens in the cache (as if a forward pass wrote them)."""
     cache = engine.cache
+    seq = transfer(engine, seq)
     cache.create(seq.seq_id)
     cache.reserve(seq.seq_id, computed)
     cache.lengths[seq.seq_id] = computed
@@ -139,7 +142,7 @@ def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=
     # By name, not isinstance: while grading, the checks run from a fresh copy of paged_helpers, so
     # the learner's Sequence (imported before) is an equal class, but not the same object.
     # The name as the type holds it (type's own descriptor: a metaclass of the learner's cannot answer).
-    name = type.__dict__["__name__"].__get__(type(seq))
+    name = remote_type(seq) if is_remote(seq) else type.__dict__["__name__"].__get__(type(seq))
     if type(name) is str and name == Sequence.__name__:
         got = rules.fields(seq, expected, scenario)
     else:  # never compared: an object of the learner's could say it equals the expected fields
@@ -245,6 +248,7 @@ def _plan_case(engine_class, cache_class, prefix_class, scenario, running, chunk
     engine, _, _ = _engine(
         engine_class, cache_class, prefix_class, 8, scenario, chunk_size=chunk_size, max_step_tokens=max_step_tokens
     )
+    running = [transfer(engine, seq) for seq in running]
     engine.running.extend(running)
     call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
 
@@ -294,6 +298,7 @@ def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks,
     if cached_prompt:
         _leave_in_prefix_cache(cache, prefix, "earlier", cached_prompt)
     plan = [(_place(engine, seq, computed), count) for seq, computed, count in placed]
+    waiting = [transfer(engine, seq) for seq in waiting]
     engine.waiting.extend(waiting)
     running = rules.queue(engine, "running", scenario)
     kept = call_learner("_reserve(plan)", engine._reserve, plan, scenario=scenario)  # watched: applies the rules
@@ -387,7 +392,7 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
     parent = Sequence("r", "r", _tokens(1, 10), 4, n=n, seed=sample_seed(seed, 0), temperature=1.0)
     engine.request_seeds["r"] = seed
     engine.finished_samples["r"] = {}
-    _place(engine, parent, 10)
+    parent = _place(engine, parent, 10)
     table = rules.tables(cache, scenario)["r"]
     children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
     if children is not None:
@@ -474,7 +479,7 @@ def _finish_out_of_order(engine_class, cache_class, prefix_cache_class) -> None:
     waiting = rules.queue(engine, "waiting", scenario)
     parent = waiting[0]
     engine.waiting.remove(parent)
-    _place(engine, parent, len(prompt))
+    parent = _place(engine, parent, len(prompt))
     children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
     samples = [parent, *learner_list(children, "what _fork_samples returned", scenario, lambda item, _w, _s: item)]
     outputs = [[200 + 10 * index, 201 + 10 * index] for index in range(n)]

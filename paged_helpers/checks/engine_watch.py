@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from typing import Any
 
+from ..learner_view.subclass import subclass
 from ..model import tiny_qwen3
 from . import engine_rules as rules
 from .report import CheckFailed, call_learner, fail
@@ -129,10 +131,11 @@ def _kept_failure(watch: Watch, method):
 
 
 def watched(engine_class, cache_class, prefix_class, watch: Watch):
-    """Subclasses of the learner's three classes that report to ``watch``."""
+    """Subclasses of the learner's three classes that report to ``watch`` (each hook gets ``base``, the
+    learner's own method: see ``learner_view.subclass``)."""
 
-    class WatchedCache(cache_class):
-        def create(self, seq):
+    class WatchedCache:
+        def create(self, base, seq):
             seq = learner_key(seq, "the seq_id given to cache.create", watch.where())
             tables = rules.tables(self, watch.where())
             if seq in tables:
@@ -146,9 +149,9 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             if seq in watch.preempted:
                 watch.readmitted[seq] += 1
                 watch.preempted.discard(seq)
-            return super().create(seq)
+            return base(seq)
 
-        def free(self, seq):
+        def free(self, base, seq):
             seq = learner_key(seq, "the seq_id given to cache.free", watch.where())
             reservation = watch.reservation
             if reservation is not None:
@@ -159,86 +162,86 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             if seq in watch.worked_on:  # freed after computing something: if created again, it resumed
                 watch.preempted.add(seq)
                 watch.worked_on.discard(seq)
-            return super().free(seq)
+            return base(seq)
 
-        def reserve(self, seq, new_tokens):
+        def reserve(self, base, seq, new_tokens):
             try:
-                return super().reserve(seq, new_tokens)
+                return base(seq, new_tokens)
             except MemoryError:
                 if watch.reservation is not None:
                     watch.reservation.memory_errors += 1
                 raise
 
-        def fork(self, parent, child):
+        def fork(self, base, parent, child):
             watch.forks.append((parent, child))
-            return super().fork(parent, child)
+            return base(parent, child)
 
-        def update(self, layer, k, v, positions, *args, **kwargs):
+        def update(self, base, layer, k, v, positions, *args, **kwargs):
             if layer == 0:
                 _verify_write(self, positions, watch)
-            return super().update(layer, k, v, positions, *args, **kwargs)
+            return base(layer, k, v, positions, *args, **kwargs)
 
-    class WatchedPrefixCache(prefix_class):
-        def attach(self, seq, prompt):
-            reused = super().attach(seq, prompt)
+    class WatchedPrefixCache:
+        def attach(self, base, seq, prompt):
+            reused = base(seq, prompt)
             watch.reused_tokens += learner_int(reused, "what prefix_cache.attach returned", watch.where())
             return reused
 
-        def evict(self, blocks_wanted):
+        def evict(self, base, blocks_wanted):
             if watch.reservation is not None:
                 watch.reservation.evictions_asked.append(blocks_wanted)
             refs = rules.pool_refs(self.cache, watch.where())
-            result = super().evict(blocks_wanted)
+            result = base(blocks_wanted)
             rules.expect_eviction(watch.where(), self.cache, refs)
             return result
 
-    class WatchedEngine(engine_class):
-        def add_request(self, *args, **kwargs):
+    class WatchedEngine:
+        def add_request(self, base, *args, **kwargs):
             try:
-                return super().add_request(*args, **kwargs)
+                return base(*args, **kwargs)
             except ValueError as error:
                 raise Refused(str(error)) from error
 
-        def step(self):
+        def step(self, base):
             watch.engine = self
             watch.phases, watch.kept = [], None
             watch.step_writes.clear()
             _expect_own_parts(self, watch)
             held = rules.PrefixHeld.of(self, watch.where())
             # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
-            finished = rules.step_outputs(super().step(), watch.where())
+            finished = rules.step_outputs(base(), watch.where())
             _expect_own_parts(self, watch)
             held.expect_kept(watch.where(), self, "during step()")
             _expect_step(self, watch)
             watch.step += 1
             return finished
 
-        def _admit(self):
+        def _admit(self, base):
             _expect_own_parts(self, watch)
             before = rules.Before.of(self, watch.where())
             held = rules.PrefixHeld.of(self, watch.where())
             watch.phases.append("_admit")
-            result = super()._admit()
+            result = base()
             held.expect_kept(watch.where(), self, "during _admit")
             rules.expect_admission(watch.where(), before, self)
             return result
 
-        def _plan(self):
+        def _plan(self, base):
             _expect_own_parts(self, watch)
             watch.phases.append("_plan")
             state = rules.PlanState.of(self, watch.where())
-            plan = super()._plan()
+            plan = base()
             state.expect_unchanged(watch.where(), self, plan)
             rules.expect_plan(watch.where(), self, plan)
             return plan
 
-        def _reserve(self, plan):
+        def _reserve(self, base, plan):
             _expect_own_parts(self, watch)
             watch.phases.append("_reserve")
             watch.reservation = rules.Reservation(self, plan, watch.where())
             held = rules.PrefixHeld.of(self, watch.where())
             try:
-                kept = super()._reserve(plan)
+                kept = base(plan)
             finally:
                 reservation, watch.reservation = watch.reservation, None
             held.expect_kept(watch.where(), self, "during _reserve")
@@ -247,13 +250,11 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             watch.kept = kept
             return kept
 
-    pairs = ((WatchedCache, cache_class), (WatchedPrefixCache, prefix_class), (WatchedEngine, engine_class))
-    for cls, learner in pairs:
-        cls.__name__ = cls.__qualname__ = learner.__name__
-        for name, method in list(vars(cls).items()):
-            if callable(method) and not name.startswith("__"):
-                setattr(cls, name, _kept_failure(watch, method))
-    return WatchedEngine, WatchedCache, WatchedPrefixCache
+    def made(hooks: type, learner: Any) -> Any:
+        methods = {name: _kept_failure(watch, method) for name, method in vars(hooks).items()}
+        return subclass(learner, learner.__name__, {n: m for n, m in methods.items() if not n.startswith("__")})
+
+    return made(WatchedEngine, engine_class), made(WatchedCache, cache_class), made(WatchedPrefixCache, prefix_class)
 
 
 def _expect_step(engine, watch: Watch) -> None:

@@ -38,14 +38,17 @@ from typing import Any
 import torch
 
 from ..device import DEVICE
+from ..learner_view.calls import run_watched
+from ..learner_view.remote import is_remote
 from ..model import PagedAttention, tiny_qwen3
 from ..reference import paged_decode_reference, paged_prefill_reference
+from ..running.launch_watch import genuine_triton_kernel
 from ..workloads import fork_prompt
-from .kernels import TOLERANCES
+from .kernels import TIME_LIMIT_S, TOLERANCES
 from .pool_accounts import expect_all_free, new_paged_cache
-from .report import Hint, call_learner, check, fail, run_hidden_scenarios
+from .report import Hint, NotImplementedYet, call_learner, check, fail, run_hidden_scenarios
 from .scratch import expect_from_scratch, forward_through_cache
-from .strict import genuine_triton_kernel, strict_allclose, torch_unhooked
+from .strict import refuse_odd_value, strict_allclose, torch_unhooked
 
 __all__ = ["check_kernel_fork_logits"]
 
@@ -133,8 +136,11 @@ class _Kernels:
         with torch_unhooked():
             inputs = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
         pools = self._pools()
-        with _counted_launches() as counts:
-            out = call_learner(what, launcher, *args, scenario=self.scenario)
+        if is_remote(launcher):  # graded: it runs in the learner's process, under the launch watcher there
+            out, counts = _run_remote(what, launcher, args, self.scenario)
+        else:
+            with _counted_launches() as counts:
+                out = call_learner(what, launcher, *args, scenario=self.scenario)
         if counts["reference"]:
             fail(
                 f"{self.scenario}: {what} in the model",
@@ -153,6 +159,24 @@ class _Kernels:
             with torch_unhooked():
                 self.calls.append(_Call(kind, self._layer(args[1]), inputs, out.detach().clone(), pools))
         return out
+
+
+def _run_remote(what: str, launcher: Any, args: tuple, scenario: str) -> tuple[Any, dict[str, int]]:
+    """One launcher call in the learner's process: its output and the launch watcher's counts."""
+    outcome = run_watched("kernel", launcher, args, TIME_LIMIT_S)
+    if outcome.not_implemented:
+        raise NotImplementedYet(f"not implemented yet: {what} raised NotImplementedError.")
+    if outcome.kind != "returned":
+        why = f"{outcome.error_type}: {outcome.error_message}" if outcome.kind == "raised" else outcome.kind
+        fail(
+            f"{scenario}: {what} in the model",
+            "a call that returns the attention output",
+            why,
+            "the lines of your launcher and kernel named in the message show where it happened",
+        )
+    result, launches, reference_calls, _, provenance = outcome.value
+    counts = {"launches": launches, "reference": reference_calls, "not_triton": provenance.get("not_triton", 0)}
+    return refuse_odd_value(result, f"what {what} returned", scenario), counts
 
 
 class _counted_launches:  # noqa: N801 (a context manager used like a function)

@@ -28,11 +28,13 @@ from collections.abc import Callable
 import torch
 
 from ..device import DEVICE, INFO
+from ..learner_view.calls import compile_for_gpu, run_watched
+from ..learner_view.remote import is_remote
 from ..reference import paged_decode_reference, paged_prefill_reference
-from . import spawned
-from .gpu_compile import TARGETS, CompileResult, Launch, capture_launches, compile_launches, explain_failure
-from .guard_bands import SENTINEL, guarded_allocations
-from .isolated import Outcome, run_isolated
+from ..running import spawned
+from ..running.gpu_compile import TARGETS, CompileResult, Launch, explain_failure
+from ..running.guard_bands import SENTINEL
+from ..running.isolated import Outcome
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .kernel_scenarios import (
     DECODE_CASES,
@@ -46,9 +48,8 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .launcher_reads import launcher_inputs
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse
-from .strict import genuine_triton_kernel, strict_allclose
+from .strict import strict_allclose
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 
@@ -105,97 +106,6 @@ def _crash_report(printed: str) -> str:
     return "\n".join("    " + line.strip() for line in kept[:12])
 
 
-def _watched(launcher: Callable) -> Callable:
-    """The launcher, counting Triton kernel launches and calls of the gather reference while it runs,
-    with guard bands around every tensor it allocates (see ``guard_bands``).
-
-    Returns (result, launches, reference_calls, band_report). The counters and the guarded
-    allocator are patched in only for the call (in the child process, when isolated), and always
-    restored.
-    """
-
-    def call(*args):
-        from triton.runtime import jit
-
-        from ..reference import attention
-
-        counts = {"launches": 0, "reference": 0, "not_triton": 0}
-        original_getitem, original_gather = jit.KernelInterface.__getitem__, attention.gather_history
-        seen = _LaunchedTensors()
-
-        def counting_getitem(kernel, grid):
-            counts["launches"] += 1
-            counts["not_triton"] += not genuine_triton_kernel(kernel)
-            return seen.watch(original_getitem(kernel, grid))
-
-        def counting_gather(*gather_args, **gather_kwargs):
-            counts["reference"] += 1
-            return original_gather(*gather_args, **gather_kwargs)
-
-        jit.KernelInterface.__getitem__ = counting_getitem
-        attention.gather_history = counting_gather
-        try:
-            with guarded_allocations() as allocations, launcher_inputs(args):
-                result = launcher(*args)
-        finally:
-            jit.KernelInterface.__getitem__ = original_getitem
-            attention.gather_history = original_gather
-        provenance = {**seen.provenance(result), "not_triton": counts["not_triton"]}
-        return result, counts["launches"], counts["reference"], allocations.report(result), provenance
-
-    return call
-
-
-class _LaunchedTensors:
-    """The tensors handed to Triton launches, as they were before the first and after the last launch.
-
-    Proof that the returned output was written by a kernel: it (or a dtype cast of it) must be a
-    tensor some launch received, unchanged since the last launch that received it; and what it
-    held before the first launch comes back to the check, which refuses an output that already
-    held the answer (numpy or Python arithmetic in the launcher, then a do-nothing launch).
-    """
-
-    def __init__(self) -> None:
-        self.before: dict[int, torch.Tensor] = {}
-        self.after: dict[int, torch.Tensor] = {}
-        self.tensors: dict[int, torch.Tensor] = {}
-
-    def watch(self, launch: Callable) -> Callable:
-        def run(*args, **kwargs):
-            tensors = [a for a in (*args, *kwargs.values()) if type(a) is torch.Tensor]
-            with torch._C.DisableTorchFunction():
-                for tensor in tensors:
-                    self.tensors.setdefault(id(tensor), tensor)
-                    self.before.setdefault(id(tensor), tensor.detach().clone())
-                returned = launch(*args, **kwargs)
-                for tensor in tensors:
-                    self.after[id(tensor)] = tensor.detach().clone()
-            return returned
-
-        return run
-
-    def provenance(self, result: object) -> dict:
-        """{"written": bool, "why": str, "before": the output before the first launch (or None)}."""
-        if type(result) is not torch.Tensor:
-            return {"written": True, "why": "", "before": None}  # the shape/type message comes first
-        with torch._C.DisableTorchFunction():
-            candidates = []
-            for key, tensor in self.tensors.items():
-                if tensor.shape != result.shape:
-                    continue
-                same_memory = tensor.data_ptr() == result.data_ptr() and tensor.stride() == result.stride()
-                candidates.append((not same_memory, key))
-            for _, key in sorted(candidates):
-                after = self.after[key].to(result.dtype)
-                if torch.equal(torch.nan_to_num(after, nan=0.5), torch.nan_to_num(result.detach(), nan=0.5)):
-                    return {"written": True, "why": "", "before": self.before[key].to(result.dtype).cpu()}
-            if candidates:
-                why = "it changed after your kernel's last launch that received it"
-            else:
-                why = "no Triton launch received it (nor a tensor of its shape)"
-            return {"written": False, "why": why, "before": None}
-
-
 def _band_message(scenario: str, what: str, written: dict) -> None:
     which = "the output tensor" if written["is_result"] else f"a {written['dtype']} tensor your launcher allocated"
     sides = " and ".join(
@@ -217,10 +127,10 @@ def _band_message(scenario: str, what: str, written: dict) -> None:
 def _isolated(launcher: Callable, args: tuple, watched: bool) -> Outcome:
     """The launcher's call in a child process: spawned on a GPU (inside a check's ``spawned.session``),
     forked under the interpreter (``isolated``)."""
-    if spawned.active():
-        wrapper = f"{__name__}:_watched" if watched else ""
+    if spawned.active() and not is_remote(launcher):  # a remote launcher runs where its process runs it
+        wrapper = "paged_helpers.running.launch_watch:watched" if watched else ""
         return spawned.call(launcher, args, GPU_TIME_LIMIT_S, wrapper)
-    return run_isolated(_watched(launcher) if watched else launcher, args, TIME_LIMIT_S)
+    return run_watched("kernel" if watched else "plain", launcher, args, TIME_LIMIT_S)
 
 
 def _learner_process() -> contextlib.AbstractContextManager:
@@ -436,7 +346,7 @@ _CAPTURE_DTYPE, _GPU_DTYPE = torch.float16, "bfloat16"
 
 def _capture(what: str, launcher: Callable, args: tuple, scenario: str) -> list[Launch] | None:
     """The launches ``launcher`` makes on ``args`` (nothing runs); None when they can't be read."""
-    outcome = run_isolated(lambda *a: capture_launches(launcher, a), args, TIME_LIMIT_S)
+    outcome = run_watched("capture", launcher, args, TIME_LIMIT_S)
     if outcome.kind == "returned":
         return outcome.value
     if outcome.kind == "raised" and outcome.error_type in ("OSError", "TypeError"):
@@ -470,7 +380,7 @@ def _check_gpu_compile(what: str, launcher: Callable, cases: tuple, make_args: C
             return
         launches += [launch.with_dtype(str(_CAPTURE_DTYPE).removeprefix("torch."), _GPU_DTYPE) for launch in captured]
     try:
-        results = compile_launches(launches, TARGETS)
+        results = compile_for_gpu(launcher, launches, TARGETS)
     except RuntimeError as error:  # the compiler's toolchain, not the learner's kernel
         print(f"note: the GPU compile could not run here: {str(error).splitlines()[0]}")
         return

@@ -27,6 +27,7 @@ import zlib
 from array import array
 from typing import Any
 
+from ..learner_view.access import assign
 from .report import CacheSnapshot, CheckFailed, Hint, NotImplementedYet, call_learner, check, fail, run_hidden_scenarios
 from .strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
 
@@ -129,7 +130,7 @@ class _Server:
         table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", self.scenario)
         for position in range(reused, len(prompt)):
             code = prefix_code(prompt[: position + 1])
-            self.cache.k_pool[0][table[position // BLOCK], :, position % BLOCK] = code
+            assign(self.cache, ("k_pool", 0, (table[position // BLOCK], slice(None), position % BLOCK)), code)
             self.code_owner[code] = (name, position)
         self.cache.lengths[seq] = len(prompt)
         call_learner(f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario)

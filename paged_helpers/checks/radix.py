@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .report import call_learner, ceil_div, check, fail
+from .report import call_learner, ceil_div, check, fail, run_hidden_scenarios
 from .strict import learner_dict, learner_int, learner_int_list
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
@@ -603,26 +603,79 @@ ORDER_CASES = (
 )
 
 
+def _expected_order(waiting: list[str], cached: dict, waited: dict, max_wait: int) -> list[str]:
+    """The rule, as a sort key: starving requests first by arrival, then most cached first, ties by arrival."""
+    arrival = {request: index for index, request in enumerate(waiting)}
+
+    def rank(request: str) -> tuple:
+        if waited[request] >= max_wait:
+            return (0, 0, arrival[request])
+        return (1, -cached[request], arrival[request])
+
+    return sorted(waiting, key=rank)
+
+
+def _check_order(cache_aware_order: Any, case: tuple) -> None:
+    what, waiting, cached, waited, max_wait, expected, hint = case
+    arguments = (list(waiting), dict(cached), dict(waited), max_wait)
+    got = call_learner(f"cache_aware_order(...) with {what}", cache_aware_order, *arguments, scenario=what)
+    if not isinstance(got, list) or sorted(map(str, got)) != sorted(waiting):
+        fail(
+            what,
+            f"a list of every waiting request, once each: {sorted(waiting)}",
+            repr(got),
+            "return the ids of waiting, reordered, none dropped or repeated",
+        )
+    if got != expected:
+        fail(
+            f"{what}: waiting {waiting}, cached tokens {cached}, rounds waited {waited}, max_wait {max_wait}",
+            expected,
+            got,
+            hint,
+        )
+    if arguments != (waiting, cached, waited, max_wait):
+        fail(what, "the arguments left as they were", "cache_aware_order changed them", "build a new list")
+
+
+def _random_queue(rng, what: str, size: int, starving_share: float, cached_blocks: int, hint: str) -> tuple:
+    waiting = rng.sample([f"r{i}" for i in range(100)], size)
+    max_wait = rng.randint(2, 6)
+    cached = {r: BLOCK * rng.randint(0, cached_blocks) for r in waiting}
+    waited = {r: rng.randint(max_wait, max_wait + 3) if rng.random() < starving_share else rng.randrange(max_wait)
+              for r in waiting}  # fmt: skip
+    return what, waiting, cached, waited, max_wait, _expected_order(waiting, cached, waited, max_wait), hint
+
+
+def _hidden_queue(size: tuple[int, int], starving_share: float, cached_blocks: int, what: str, hint: str):
+    """A hidden scenario: a random queue of ``size`` requests, ordered by the learner and by the rule."""
+
+    def scenario(cache_aware_order: Any, rng) -> None:
+        count = rng.randint(*size)
+        _check_order(cache_aware_order, _random_queue(rng, what, count, starving_share, cached_blocks, hint))
+
+    return scenario
+
+
+_HIDDEN_QUEUES = {
+    "a long queue with many ties in cached tokens": _hidden_queue(
+        (8, 16), 0.0, 2, "a long queue", "ties keep arrival order (the order of waiting)"
+    ),
+    "a queue where several requests starve": _hidden_queue(
+        (5, 10), 0.4, 6, "starving requests", "starving requests first, in arrival order"
+    ),
+    "a queue of one request": _hidden_queue((1, 1), 0.5, 4, "one request", "return [it]"),
+    "a mixed queue": _hidden_queue(
+        (3, 12), 0.2, 8, "a mixed queue", "starving first, then most cached first, ties by arrival"
+    ),
+}
+
+
 @check(notebook="10_radix_cache", builds="cache_aware_order")
-def check_cache_aware_order(cache_aware_order: Any) -> None:
+def check_cache_aware_order(cache_aware_order: Any, *, seed: int = 0, hidden: bool = False) -> None:
     """Most cached tokens first, ties by arrival, starving requests before everyone."""
-    for what, waiting, cached, waited, max_wait, expected, hint in ORDER_CASES:
-        arguments = (list(waiting), dict(cached), dict(waited), max_wait)
-        got = call_learner(f"cache_aware_order(...) with {what}", cache_aware_order, *arguments, scenario=what)
-        if not isinstance(got, list) or sorted(map(str, got)) != sorted(waiting):
-            fail(
-                what,
-                f"a list of every waiting request, once each: {sorted(waiting)}",
-                repr(got),
-                "return the ids of waiting, reordered, none dropped or repeated",
-            )
-        if got != expected:
-            fail(
-                f"{what}: waiting {waiting}, cached tokens {cached}, rounds waited {waited}, max_wait {max_wait}",
-                expected,
-                got,
-                hint,
-            )
-        if arguments != (waiting, cached, waited, max_wait):
-            fail(what, "the arguments left as they were", "cache_aware_order changed them", "build a new list")
+    if hidden:
+        run_hidden_scenarios(_HIDDEN_QUEUES, seed, 3, cache_aware_order)
+        return "3 hidden queues"
+    for case in ORDER_CASES:
+        _check_order(cache_aware_order, case)
     return f"{len(ORDER_CASES)} queues"

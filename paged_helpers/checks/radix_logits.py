@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..demos.radix import create_holding
 from ..device import DEVICE
+from ..learner_view.access import create_holding
 from ..model import tiny_config, tiny_qwen3
 from ..workloads import multi_turn_chats, random_tokens
 from .report import call_learner, ceil_div, check, fail

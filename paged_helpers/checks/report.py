@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import sys
 import traceback
 import warnings
@@ -20,17 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Set to "1" in the grading kernel (autograde/paged_grading/kernel_guard.py) and by the release
-# check: a graded run treats unfinished code as a failure whatever the cell asked for.
-GRADED_ENV = "PAGED_HELPERS_GRADED"
+from ..running.graded import graded_run
 
 # This package's folder: frames inside it are the course's own code, not the learner's.
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-
-def graded_run() -> bool:
-    """True inside a graded run (nbgrader autograde, the release check)."""
-    return os.environ.get(GRADED_ENV) == "1"
 
 
 class CheckFailed(AssertionError):

@@ -19,11 +19,16 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..learner_view.remote import is_remote, plain, remote_type, remote_value_like
+from ..running.launch_watch import class_attribute as _lookup
+from ..running.launch_watch import class_mro as _mro
 from .report import fail, refuse
 
 
 def type_name(value: Any) -> str:
     """The value's type's name, read without running any code the type defines."""
+    if is_remote(value):
+        return remote_type(value)
     cls = type(value)
     name = type.__dict__["__qualname__"].__get__(cls)
     module = type.__dict__["__module__"].__get__(cls)
@@ -89,6 +94,7 @@ def look_alike(value: Any) -> str | None:
 
 def learner_int(value: Any, what: str, scenario: str = "") -> int:
     """``value`` as a plain int: an exact ``int`` (not bool) or an exact numpy integer; else fail."""
+    value = plain(value)
     kind = type(value)
     if kind is int:
         return value
@@ -103,6 +109,7 @@ _SEQUENCE_TYPES = (list, tuple, range)
 
 def learner_int_list(value: Any, what: str, scenario: str = "") -> list[int]:
     """``value`` as a list of plain ints (a list, tuple, deque, range, 1-D integer array/tensor)."""
+    value = plain(value)
     from collections import deque
 
     kind = type(value)
@@ -125,6 +132,7 @@ def learner_int_list(value: Any, what: str, scenario: str = "") -> list[int]:
 
 def learner_list(value: Any, what: str, scenario: str, read_item: Callable[[Any, str, str], Any]) -> list:
     """``value`` as a plain list (a list, tuple or deque), each item read by ``read_item``."""
+    value = plain(value)
     from collections import deque
 
     if type(value) not in (list, tuple, deque):
@@ -134,6 +142,7 @@ def learner_list(value: Any, what: str, scenario: str, read_item: Callable[[Any,
 
 def learner_bool(value: Any, what: str, scenario: str = "") -> bool:
     """``value`` as a plain bool: an exact ``bool`` or numpy bool; else fail."""
+    value = plain(value)
     kind = type(value)
     if kind is bool:
         return value
@@ -146,6 +155,7 @@ def learner_bool(value: Any, what: str, scenario: str = "") -> bool:
 
 def learner_float(value: Any, what: str, scenario: str = "") -> float:
     """``value`` as a plain number: an exact ``float`` (or a plain int, read as one); else fail."""
+    value = plain(value)
     kind = type(value)
     if kind is float:
         return value
@@ -157,6 +167,7 @@ def learner_float(value: Any, what: str, scenario: str = "") -> float:
 
 def learner_key(value: Any, what: str, scenario: str = "") -> Any:
     """A dictionary key the check compares: an exact str, int or tuple of those."""
+    value = plain(value)
     kind = type(value)
     if kind in (str, int) or kind in _NUMPY_INTS:
         return int(value) if kind in _NUMPY_INTS else value
@@ -168,6 +179,7 @@ def learner_key(value: Any, what: str, scenario: str = "") -> Any:
 
 def learner_dict(value: Any, what: str, scenario: str, read_value: Callable[[Any, str, str], Any]) -> dict:
     """``value`` as a plain dict: an exact dict (or defaultdict/OrderedDict), keys and values read strictly."""
+    value = plain(value)
     from collections import OrderedDict, defaultdict
 
     if type(value) not in (dict, defaultdict, OrderedDict):
@@ -190,6 +202,7 @@ def _is_exact_tensor(value: Any) -> bool:
 
 def learner_tensor(value: Any, what: str, scenario: str = "") -> Any:
     """``value`` if it is an exact ``torch.Tensor`` (no subclass: a subclass can answer for torch)."""
+    value = plain(value)
     if not _is_exact_tensor(value):
         _odd_type(scenario, what, "a torch.Tensor", value)
     return value
@@ -229,19 +242,6 @@ def strict_equal(got: Any, expected: Any) -> bool:
 _BUILTIN_VALUES = (int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
 
 
-def _mro(kind: type) -> tuple[type, ...]:
-    return type.__dict__["__mro__"].__get__(kind)
-
-
-def _lookup(kind: type, name: str) -> Any:
-    """``kind``'s attribute ``name`` as the MRO's dictionaries hold it (no metaclass code runs)."""
-    for klass in _mro(kind):
-        namespace = type.__dict__["__dict__"].__get__(klass)
-        if name in namespace:
-            return namespace[name]
-    return None
-
-
 def odd_value(value: Any, depth: int = 0) -> str | None:
     """Why ``value`` (or something inside a list/tuple/dict/set of it) may not reach a comparison.
 
@@ -249,6 +249,12 @@ def odd_value(value: Any, depth: int = 0) -> str | None:
     ``torch.Tensor`` subclass, or any object carrying its own ``__torch_function__``: each can make a
     check's ``==``, ``in`` or ``torch.allclose`` say yes to a wrong answer. None when the value is plain.
     """
+    if is_remote(value):
+        if remote_value_like(value):
+            return f"a {remote_type(value)} (a subclass of a builtin value)"
+        value = plain(value)  # a list or dict of the learner's, by reference: judged by its copy
+        if is_remote(value):
+            return None  # an object of the learner's own class: compared by identity only (learner_view.remote)
     kind = type(value)
     if kind in _BUILTIN_VALUES or value is None or kind is bool or depth > 4:
         return _odd_inside(value, depth) if kind in (list, tuple, dict, set, frozenset) else None
@@ -316,24 +322,3 @@ def refuse_odd_value(value: Any, what: str, scenario: str = "") -> Any:
             "or tensors, not objects that decide for themselves what they are equal to.",
         )
     return value
-
-
-def genuine_triton_kernel(kernel: Any) -> bool:
-    """Whether a launched object is Triton's own kernel (jit, interpreter, autotuner), with Triton's own
-    ``run`` and ``__call__``: a kernel object of the learner's class, or one whose ``run`` was replaced,
-    could compute the answer in Python while it "launches"."""
-    import os
-
-    triton = sys.modules.get("triton")
-    if triton is None:
-        return False
-    root = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
-    kind = type(kernel)
-    if not str(type.__dict__["__module__"].__get__(kind)).startswith("triton."):
-        return False
-    for name in ("run", "__call__"):
-        function = _lookup(kind, name)
-        code = getattr(function, "__code__", None)
-        if code is not None and not os.path.abspath(code.co_filename).startswith(root):
-            return False
-    return True

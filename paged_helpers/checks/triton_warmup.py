@@ -26,11 +26,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..device import DEVICE
-from .guard_bands import GUARD, SENTINEL, Guarded
-from .isolated import Outcome, run_isolated
-from .launcher_reads import launcher_inputs
+from ..learner_view.calls import run_watched
+from ..running.guard_bands import GUARD, SENTINEL, Guarded
+from ..running.isolated import Outcome
 from .report import CheckFailed, NotImplementedYet, check, fail, refuse, run_hidden_scenarios
-from .strict import genuine_triton_kernel, strict_allclose
+from .strict import strict_allclose
 
 __all__ = [
     "check_scale_kernel",
@@ -44,58 +44,6 @@ TIME_LIMIT_S = 15.0
 ATOL = RTOL = 1e-5
 
 
-def _watched_call(launcher: Callable, args: tuple, outputs: tuple[Guarded, ...]) -> Callable[[], tuple]:
-    """A call of the launcher that also counts Triton launches and returns the output buffers whole."""
-
-    def call():
-        from triton.runtime import jit
-
-        launches = 0
-        original = jit.KernelInterface.__getitem__
-        # The output buffers just before the first launch and just after the last one: the kernel's
-        # own writes lie between, so any other change to them was made outside the kernel.
-        first_before: list[tuple] = []
-        last_after: list[tuple] = []
-        not_triton: list[str] = []
-
-        def snapshot() -> tuple:
-            with torch._C.DisableTorchFunction():
-                return tuple(output.buffer.detach().clone() for output in outputs)
-
-        def counting(kernel, grid):
-            nonlocal launches
-            launches += 1
-            if not genuine_triton_kernel(kernel):
-                not_triton.append(type(kernel).__name__)
-            launch = original(kernel, grid)
-
-            def run(*launch_args, **launch_kwargs):
-                if not first_before:
-                    first_before.append(snapshot())
-                returned = launch(*launch_args, **launch_kwargs)
-                last_after[:] = [snapshot()]
-                return returned
-
-            return run
-
-        jit.KernelInterface.__getitem__ = counting
-        try:
-            with launcher_inputs(args):
-                returned = launcher(*args)
-        finally:
-            jit.KernelInterface.__getitem__ = original
-        return (
-            returned,
-            launches,
-            tuple(output.buffer for output in outputs),
-            first_before[0] if first_before else None,
-            last_after[0] if last_after else None,
-            bool(not_triton),
-        )
-
-    return call
-
-
 def _last_lines(text: str, count: int = 12) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join("    " + line for line in lines[-count:])
@@ -107,7 +55,8 @@ def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...
     Returns the output buffers as they were after the call.
     """
     initial = tuple(output.buffer.detach().cpu().clone() for output in outputs)
-    outcome: Outcome = run_isolated(_watched_call(launcher, args, outputs), (), TIME_LIMIT_S)
+    buffers = tuple(output.buffer for output in outputs)
+    outcome: Outcome = run_watched("warmup", launcher, args, TIME_LIMIT_S, buffers)
     if outcome.not_implemented:
         raise NotImplementedYet(
             f"not implemented yet: {what} raised NotImplementedError. Replace `raise NotImplementedError()` "
@@ -218,19 +167,43 @@ def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
     return strict_allclose(got, expected, atol=ATOL, rtol=RTOL)
 
 
+def _hidden(run_cases: Callable, draw_cases: Callable, launcher: Callable, seed: int) -> str:
+    """The hidden scenarios of a puzzle: its own scenario loop on cases drawn from the grader's seed."""
+    run_hidden_scenarios(
+        {"sizes drawn from the grader's seed": lambda learner, rng: run_cases(learner, draw_cases(rng))},
+        seed,
+        1,
+        launcher,
+    )
+    return "hidden scenarios"
+
+
 # --------------------------------------------------------------------------- puzzle 1: scale
 
 _SCALE_CASES = ((1, 8), (8, 8), (13, 8), (29, 8), (29, 16))  # (n, BLOCK)
 
 
 @check(notebook="06_triton_warmup", builds="scale")
-def check_scale_kernel(scale: Callable) -> str:
+def check_scale_kernel(scale: Callable, *, seed: int = 0, hidden: bool = False) -> str:
     """Puzzle 1: ``scale(x, out, factor, block)`` fills out[i] = factor * x[i] with one program per tile.
 
-    Lengths: 1, exactly one tile, one tile and a bit, several tiles with a ragged end.
+    Lengths: 1, exactly one tile, one tile and a bit, several tiles with a ragged end; hidden: lengths
+    and tile sizes drawn from the grader's seed.
     """
-    generator = torch.Generator().manual_seed(6)
-    for n, block in _SCALE_CASES:
+    if hidden:
+        return _hidden(_scale_cases, _random_scale_cases, scale, seed)
+    return _scale_cases(scale, _SCALE_CASES)
+
+
+def _random_scale_cases(rng) -> tuple:
+    blocks = [rng.choice((4, 8, 16, 32)) for _ in range(3)]
+    return tuple((rng.randint(1, 5 * block - 1), block) for block in blocks)
+
+
+def _scale_cases(scale: Callable, cases: tuple) -> str:
+    # The values of x: seeded by the cases themselves (hidden cases come from the grader's seed).
+    generator = torch.Generator().manual_seed(6 if cases == _SCALE_CASES else hash(cases) & 0x7FFFFFFF)
+    for n, block in cases:
         scenario = f"scale: n = {n}, BLOCK = {block} ({-(-n // block)} program(s))"
         x = Guarded.around(torch.randn(n, generator=generator), fill=math.nan)
         out = Guarded.around(torch.full((n,), SENTINEL), fill=SENTINEL)
@@ -261,7 +234,7 @@ def check_scale_kernel(scale: Callable) -> str:
             )
         if not _close(got, expected):
             fail(scenario, "out = factor * x", _describe_worst(got, expected, ("element",)), "multiply by factor.")
-    return f"{len(_SCALE_CASES)} lengths, guard bands intact"
+    return f"{len(cases)} lengths, guard bands intact"
 
 
 # --------------------------------------------------------------------------- puzzle 2: row max
@@ -280,10 +253,25 @@ def _row_max_inputs(generator: torch.Generator) -> list[tuple[str, torch.Tensor]
 
 
 @check(notebook="06_triton_warmup", builds="row_max")
-def check_row_max_kernel(row_max: Callable) -> str:
+def check_row_max_kernel(row_max: Callable, *, seed: int = 0, hidden: bool = False) -> str:
     """Puzzle 2: ``row_max(x, out)``: out[r] = max of row r, one program per row, rows strided."""
-    generator = torch.Generator().manual_seed(62)
-    cases = _row_max_inputs(generator)
+    if hidden:
+        return _hidden(_row_max_cases, _random_row_max_inputs, row_max, seed)
+    return _row_max_cases(row_max, _row_max_inputs(torch.Generator().manual_seed(62)))
+
+
+def _random_row_max_inputs(rng) -> list[tuple[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(rng.getrandbits(31))
+    cases = []
+    for _ in range(3):
+        rows, cols = rng.randint(1, 5), rng.randint(1, 12)
+        values = torch.randn(rows, cols, generator=generator)
+        values[rng.randrange(rows)] = -1.0 - torch.rand(cols, generator=generator)  # one row all negative
+        cases.append((f"{rows} rows of {cols}", values))
+    return cases
+
+
+def _row_max_cases(row_max: Callable, cases: list) -> str:
     for description, values in cases:
         scenario = f"row_max: {description}, row stride {values.shape[1] + 3}"
         x = Guarded.around(values, fill=_POISON, extra_columns=3)
@@ -321,16 +309,31 @@ def check_row_max_kernel(row_max: Callable) -> str:
 
 
 @check(notebook="06_triton_warmup", builds="gather_rows")
-def check_gather_rows_kernel(gather_rows: Callable) -> str:
+def check_gather_rows_kernel(gather_rows: Callable, *, seed: int = 0, hidden: bool = False) -> str:
     """Puzzle 3: ``gather_rows(table, index, out)``: out[i] = table[index[i]], one program per output row.
 
     The table's row r holds r + 0.01 * column, so a wrong row is named by the values it brought back.
     """
+    if hidden:
+        return _hidden(_gather_rows_cases, _random_gather_cases, gather_rows, seed)
     cases = (
         ("5 rows from a table of 7, scrambled, row 4 twice", [4, 0, 6, 4, 2], 7, 8),
         ("1 row", [3], 4, 16),
         ("6 rows in table order", [0, 1, 2, 3, 4, 5], 6, 8),
     )
+    return _gather_rows_cases(gather_rows, cases)
+
+
+def _random_gather_cases(rng) -> list[tuple]:
+    cases = []
+    for _ in range(3):
+        table_rows, width = rng.randint(2, 9), rng.choice((4, 8, 16))
+        picks = [rng.randrange(table_rows) for _ in range(rng.randint(1, 7))]
+        cases.append((f"{len(picks)} rows from a table of {table_rows}", picks, table_rows, width))
+    return cases
+
+
+def _gather_rows_cases(gather_rows: Callable, cases) -> str:
     for description, picks, table_rows, width in cases:
         scenario = f"gather_rows: {description} (D = {width})"
         coded = torch.arange(table_rows, dtype=torch.float32)[:, None] + 0.01 * torch.arange(width)[None, :]
@@ -413,10 +416,24 @@ def _softmax_cases(generator: torch.Generator) -> list[tuple[str, torch.Tensor, 
 
 
 @check(notebook="06_triton_warmup", builds="softmax")
-def check_softmax_kernel(softmax: Callable) -> str:
+def check_softmax_kernel(softmax: Callable, *, seed: int = 0, hidden: bool = False) -> str:
     """Puzzle 4: ``softmax(x, out, block)``: a row softmax computed tile by tile with a running max and sum."""
-    generator = torch.Generator().manual_seed(64)
-    cases = _softmax_cases(generator)
+    if hidden:
+        return _hidden(_softmax_run, _random_softmax_cases, softmax, seed)
+    return _softmax_run(softmax, _softmax_cases(torch.Generator().manual_seed(64)))
+
+
+def _random_softmax_cases(rng) -> list[tuple[str, torch.Tensor, int]]:
+    generator = torch.Generator().manual_seed(rng.getrandbits(31))
+    cases = []
+    for _ in range(3):
+        rows, cols, block = rng.randint(1, 3), rng.randint(1, 24), rng.choice((4, 8))
+        shift = rng.choice((0.0, -3.0, 1000.0))  # around 0, all negative, or where exp overflows without the max
+        cases.append((f"{rows} rows of {cols}", shift + 2 * torch.randn(rows, cols, generator=generator), block))
+    return cases
+
+
+def _softmax_run(softmax: Callable, cases: list) -> str:
     for description, values, block in cases:
         scenario = f"softmax: {description}, BLOCK = {block}"
         x = Guarded.around(values, fill=math.nan, extra_columns=2)

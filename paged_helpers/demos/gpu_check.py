@@ -179,9 +179,9 @@ def stage_compile(impl: str, dtypes: list[str]) -> dict:
     """
     import torch
 
-    from ..checks.gpu_compile import record_launches
     from ..checks.kernels import TOLERANCES
     from ..reference import paged_decode_reference, paged_prefill_reference
+    from ..running.gpu_compile import record_launches
     from .kernel import _compiled_warps, _paged_batch
 
     decode = _load(impl, "07_paged_decode_kernel", "paged_decode_attention")

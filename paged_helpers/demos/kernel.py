@@ -160,7 +160,7 @@ def build_contenders(
     """Inputs for one shape, the learner's answer checked against SDPA, and the timed callables."""
     import torch.nn.functional as F
 
-    from ..checks.gpu_compile import record_launches
+    from ..running.gpu_compile import record_launches
 
     q, k_pool, v_pool, tables, lengths = _paged_batch(batch, q_heads, kv_heads, head_dim, length, block_size, dtype)
     # The same tokens, contiguous: [B, Hkv, L, D].
@@ -205,7 +205,7 @@ WARP_CHOICES = (4, 8)
 
 def _compiled_warps(launches: list, capability: int) -> dict[int, dict]:
     """Registers and spills of the recorded launches at each of WARP_CHOICES, compiled for this GPU."""
-    from ..checks.gpu_compile import compile_launches, describe_launch
+    from ..running.gpu_compile import compile_launches, describe_launch
 
     facts = {}
     for warps in WARP_CHOICES:

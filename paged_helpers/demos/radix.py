@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..learner_view.access import create_holding
 from ..workloads import ChatWorkload, document_questions, few_shot_prompts, multi_turn_chats
 from .implementation import add_impl_argument, load_impl
 
@@ -118,18 +119,6 @@ class RadixServer:
     def finish(self, seq: str) -> None:
         self.radix.unlock(self.locks.pop(seq))
         self.cache.free(seq)
-
-
-def create_holding(cache: Any, seq: str, blocks: list[int]) -> int:
-    """Create ``seq`` in ``cache`` whose first logical blocks are ``blocks``, full and shared (one more
-    reference each, owned by seq's table). Returns the tokens they hold: what seq skips in prefill."""
-    cache.create(seq)
-    for block in blocks:
-        cache.allocator.share(block)
-    cache.tables[seq].extend(blocks)
-    held = len(blocks) * cache.block_size
-    cache.lengths[seq] = held
-    return held
 
 
 def _reserve(cache: Any, seq: str, tokens: int, evict: Any) -> bool:

@@ -2,17 +2,21 @@
 
 Top row: the sequence as the kernel sees it, logical block 0, 1, 2, ... (the last one only
 partly filled: its tail is masked). Bottom row: the block pool, physical blocks 0 .. N-1.
-An arrow goes from logical block i to the physical block the table names; the label under
-a logical block is the loop step that reads it. With ``splits`` > 1 (flash-decoding), each
-split's program has its own colour: it reads a contiguous run of logical blocks, and a merge
-combines the splits afterwards.
+An arrow goes from logical block i to the physical block the table names, labelled with
+that table entry (``table[i] = 5``); the text inside a logical block is the loop step that
+reads it, counted from 0. With ``splits`` > 1 (flash-decoding), each split's program has
+its own colour: it reads a contiguous run of logical blocks, and a merge combines the splits
+afterwards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["plot_kernel_walk", "plot_prefill_mask", "split_ranges"]
+__all__ = ["plot_kernel_walk", "plot_prefill_mask", "split_ranges", "text_boxes"]
+
+_LABEL_GAP = 0.3  # centre of an arrow's label, below its logical block
+_ARROW_START = 0.55  # where the arrow leaves, below its label
 
 _COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 
@@ -56,6 +60,7 @@ def plot_kernel_walk(
     if max(table[:used]) >= num_blocks:
         raise ValueError(f"block_table names block {max(table[:used])} but the pool has {num_blocks} blocks")
 
+    names, steps, labels = [], [], []  # one row of texts each, fitted to their columns at the end
     owner = {}
     for split, blocks in enumerate(split_ranges(used, splits)):
         for logical in blocks:
@@ -79,7 +84,7 @@ def plot_kernel_walk(
                     ec="grey",
                 )
             )
-        ax.text(logical + 0.45, top + height + 0.1, f"logical {logical}", ha="center", fontsize=8)
+        names.append(ax.text(logical + 0.45, top + height + 0.1, f"logical {logical}", ha="center", fontsize=8))
     physical_of = {table[logical]: logical for logical in range(used)}
     for physical in range(num_blocks):
         logical = physical_of.get(physical)
@@ -91,18 +96,44 @@ def plot_kernel_walk(
     step_in_split: dict[int, int] = {}
     for logical in range(used):
         split = owner[logical]
-        step_in_split[split] = step_in_split.get(split, 0) + 1
+        step = step_in_split.get(split, 0)
+        step_in_split[split] = step + 1
+        colour = _COLOURS[split % len(_COLOURS)]
+        # The loop step, inside the block it reads (0-based, as the loop counts).
+        inside = f"step {step}" if splits == 1 else f"s{split} step {step}"
+        steps.append(
+            ax.text(
+                logical + 0.45,
+                top + height / 2,
+                inside,
+                fontsize=7,
+                ha="center",
+                va="center",
+                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.6},
+            )
+        )
+        # The arrow's label sits at its tail, in its logical block's own column, and the arrow starts
+        # below it: labels never overlap each other, and no arrow crosses a label.
+        labels.append(
+            ax.text(
+                logical + 0.45,
+                top - _LABEL_GAP,
+                f"table[{logical}] = {table[logical]}",
+                fontsize=8,
+                ha="center",
+                va="center",
+                color=colour,
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": colour, "lw": 0.6},
+            )
+        )
         arrow = FancyArrowPatch(
-            (logical + 0.45, top),
+            (logical + 0.45, top - _ARROW_START),
             (table[logical] + 0.45, bottom + height),
             arrowstyle="-|>",
             mutation_scale=10,
-            color=_COLOURS[split % len(_COLOURS)],
+            color=colour,
         )
         ax.add_patch(arrow)
-        label = f"{step_in_split[split]}" if splits == 1 else f"s{split}:{step_in_split[split]}"
-        # The step number sits in its logical block's own column, so labels never overlap.
-        ax.text(logical + 0.45, top - 0.25, f"step {label}", fontsize=8, ha="center", backgroundcolor="white")
     ax.text(-0.2, top + height / 2, "sequence", ha="right", va="center", fontsize=9)
     ax.text(-0.2, bottom + height / 2, "pool", ha="right", va="center", fontsize=9)
     ax.set_xlim(-1.6, width + 0.2)
@@ -110,10 +141,30 @@ def plot_kernel_walk(
     ax.axis("off")
     if title is None:
         who = "one program" if splits == 1 else f"{splits} programs (one per split; colour = split)"
-        title = f"{who} reading a {length}-token sequence, blocks of {block_size} (steps: loop order)"
+        title = f"{who} reading a {length}-token sequence, blocks of {block_size}"
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    for row in (names, steps, labels):
+        _fit_row(fig, row)
     return fig
+
+
+def text_boxes(texts) -> list:
+    """Each text's drawn box (its frame, where it has one), in display pixels; needs a drawn figure."""
+    return [(text.get_bbox_patch() or text).get_window_extent() for text in texts]
+
+
+def _fit_row(fig, texts, gap: float = 6.0) -> None:
+    """Shrink one row of texts (left to right) until neighbours are ``gap`` pixels apart or more."""
+    size = texts[0].get_fontsize() if texts else 0
+    while size > 3:
+        fig.canvas.draw()
+        boxes = text_boxes(texts)
+        if all(a.x1 + gap <= b.x0 for a, b in zip(boxes, boxes[1:], strict=False)):
+            return
+        size -= 0.5
+        for text in texts:
+            text.set_fontsize(size)
 
 
 def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 16):

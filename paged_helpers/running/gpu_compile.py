@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import graded_run
+from .graded import graded_run
 
 __all__ = [
     "TARGETS",

@@ -1,0 +1,229 @@
+"""The handout at the top of every notebook: deliverables and points, what to implement, what the
+checks cover and what they do not, and a time estimate.
+
+Everything but the last two rows is read from the notebook itself and from the checks'
+``REGISTRY``, so the handout cannot drift from what is graded: the points and grade ids from the
+nbgrader metadata of the graded cells, the checks each test cell calls (and what each verifies,
+the first paragraph of its docstring), the definitions to write from the solution cells (a class
+lists the methods holding a solution region). Only the time estimate and the notes on what is not
+checked are written by hand, below.
+
+The handout is a markdown cell with id ``handout`` right after each notebook's title cell::
+
+    python -m paged_helpers.handout          # rewrite the handout cell of every notebook
+    python -m paged_helpers.handout --check  # exit 1 if one is missing or stale
+
+``tests/test_handout.py`` runs the check, so a changed point value or a new check shows up as a
+failing test until the handout is rewritten.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["HOURS", "NOT_CHECKED", "Deliverable", "deliverables", "handout_markdown", "interfaces", "main"]
+
+CELL_ID = "handout"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+# Written by hand: an honest range for a learner who knows PyTorch, reading included. The first
+# Triton notebooks (06, 07) take longer than their line counts suggest; the interpreter is slow.
+HOURS = {
+    "01_block_tables": "1 to 1.5 hours",
+    "02_block_allocator": "1 to 1.5 hours",
+    "03_paged_kv_cache": "2 to 3 hours",
+    "04_fork_and_copy_on_write": "2 to 3 hours",
+    "05_prefix_caching": "2 to 3 hours",
+    "06_triton_warmup": "2 to 3 hours",
+    "07_paged_decode_kernel": "2.5 to 4 hours",
+    "08_continuous_batching": "3 to 4.5 hours",
+    "09_paged_prefill_kernel": "2.5 to 4 hours",
+    "10_radix_cache": "3 to 4 hours",
+}
+
+# Written by hand, only what the notebook's own prose says; the rows every notebook shares (written
+# answers, optional exercises, cells the grader skips) are derived.
+NOT_CHECKED = {
+    "03_paged_kv_cache": "the kernel path (`paged`, given): the checks here run `update`, and notebook 09 the kernels",
+    "06_triton_warmup": "speed: the checks test what your kernels compute, never how fast",
+    "07_paged_decode_kernel": (
+        "speed (the benchmark is not graded); bfloat16, which a check runs only on a GPU (on a CPU: "
+        "float32 and one float16 scenario)"
+    ),
+    "09_paged_prefill_kernel": "speed: the checks test what your kernels compute, never how fast",
+}
+
+_CHECK_CALL = re.compile(r"\b(check_\w+)\(")
+_QUESTION = re.compile(r"^\*\*Q?(\d+)\.\*\*", re.M)
+_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
+
+
+@dataclass(frozen=True)
+class Deliverable:
+    """One graded cell: its grade id, points, and either the checks it calls or the question it answers."""
+
+    grade_id: str
+    points: float
+    written: bool
+    checks: tuple[str, ...] = ()
+    question: str = ""
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def _nbgrader(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def deliverables(path: str | Path) -> list[Deliverable]:
+    """The notebook's graded cells in order (code test cells and written answers)."""
+    found, cells = [], _cells(Path(path))
+    for index, cell in enumerate(cells):
+        meta = _nbgrader(cell)
+        if not meta.get("grade"):
+            continue
+        if cell["cell_type"] == "markdown":
+            asked = _QUESTION.search(_source(cells[index - 1])) if index else None
+            question = f"Q{asked.group(1)}" if asked else meta["grade_id"]
+            found.append(Deliverable(meta["grade_id"], meta.get("points", 0), True, question=question))
+        else:
+            visible = _HIDDEN.sub("", _source(cell))
+            checks = tuple(dict.fromkeys(_CHECK_CALL.findall(visible)))
+            found.append(Deliverable(meta["grade_id"], meta.get("points", 0), False, checks=checks))
+    return found
+
+
+def _signature(node: ast.FunctionDef) -> str:
+    args = [arg.arg for arg in node.args.args]
+    return f"{node.name}({', '.join(args)})"
+
+
+def interfaces(path: str | Path, optional: frozenset[str] = frozenset()) -> list[str]:
+    """What to write: each solution cell's functions (signature) and classes (methods with a solution region).
+
+    A cell that defines a name in ``optional`` (what an ungraded check builds) is marked optional.
+    """
+    found = []
+    for cell in _cells(Path(path)):
+        meta = _nbgrader(cell)
+        if cell["cell_type"] != "code" or not meta.get("solution") or meta.get("grade"):
+            continue
+        source = _source(cell)
+        body = ast.parse(source).body
+        names = {node.name for node in body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        mark = " (optional)" if names & optional else ""
+        for node in body:
+            text = ast.get_source_segment(source, node) or ""
+            if "### BEGIN SOLUTION" not in text:
+                continue
+            if isinstance(node, ast.FunctionDef):
+                found.append(f"`{_signature(node)}`{mark}")
+            elif isinstance(node, ast.ClassDef):
+                methods = [
+                    item.name
+                    for item in node.body
+                    if isinstance(item, ast.FunctionDef)
+                    and "### BEGIN SOLUTION" in (ast.get_source_segment(source, item) or "")
+                ]
+                found.append(f"`{node.name}`{mark}: " + ", ".join(f"`{name}`" for name in methods))
+    return found
+
+
+def _covers(check: str) -> str:
+    from paged_helpers.checks import REGISTRY
+
+    doc = (REGISTRY[check].function.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split()).replace("``", "`")
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+def handout_markdown(name: str, notebooks: str | Path = NOTEBOOKS) -> str:
+    """The handout cell's markdown for notebook ``name`` (its file stem)."""
+    from paged_helpers.checks import for_notebook
+
+    path = Path(notebooks) / f"{name}.ipynb"
+    registered = for_notebook(name)
+    graded = deliverables(path)
+    code = sum(item.points for item in graded if not item.written)
+    written = sum(item.points for item in graded if item.written)
+    lines = [
+        "## Handout",
+        "",
+        f"**Deliverables: {_points(code + written)} points** ({_points(code)} for code, checked as you go; "
+        f"{_points(written)} for written answers, marked by hand from a rubric).",
+        "",
+        "| graded cell | points | graded by |",
+        "| --- | --- | --- |",
+    ]
+    for item in graded:
+        if item.written:
+            lines.append(f"| {item.question} (`{item.grade_id}`) | {_points(item.points)} | your written answer |")
+        else:
+            checks = ", ".join(f"`{check}`" for check in item.checks)
+            lines.append(f"| `{item.grade_id}` | {_points(item.points)} | {checks} |")
+    lines += ["", "**You implement:**", ""]
+    optional = frozenset(info.builds for info in registered if not info.graded) - {
+        info.builds for info in registered if info.graded
+    }
+    lines += [f"- {interface}" for interface in interfaces(path, optional)]
+    lines += ["", "**What the checks verify:**", ""]
+    lines += [f"- `{info.name}` (your `{info.builds}`): {_covers(info.name)}" for info in registered if info.graded]
+    skipped = sum("skip-autograde" in cell.get("metadata", {}).get("tags", []) for cell in _cells(path))
+    not_checked = ["your written answers (marked by hand)"]
+    not_checked += [
+        f"the optional `{info.builds}` (`{info.name}` runs, for no points)" for info in registered if not info.graded
+    ]
+    if skipped:
+        not_checked.append(f"the {skipped} demo, plot and benchmark cells (the grader skips them)")
+    if name in NOT_CHECKED:
+        not_checked.append(NOT_CHECKED[name])
+    lines += ["", "**Not checked automatically:** " + "; ".join(not_checked) + "."]
+    lines += ["", f"**Time:** about {HOURS[name]} (an estimate)."]
+    return "\n".join(lines)
+
+
+def _set_source(cell: dict, text: str) -> None:
+    rows = text.split("\n")
+    cell["source"] = [row + "\n" for row in rows[:-1]] + [rows[-1]]
+
+
+def main(argv: list[str] | None = None, notebooks: str | Path = NOTEBOOKS) -> int:
+    """Rewrite (or with --check, compare) the handout cell of every notebook; returns the exit status."""
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    stale = []
+    for path in sorted(Path(notebooks).glob("[0-9][0-9]_*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        text = handout_markdown(path.stem, notebooks)
+        cells = notebook["cells"]
+        current = next((cell for cell in cells if cell.get("id") == CELL_ID), None)
+        if current is not None and _source(current) == text:
+            continue
+        stale.append(path.name)
+        if check:
+            continue
+        if current is None:
+            current = {"cell_type": "markdown", "id": CELL_ID, "metadata": {}, "source": []}
+            cells.insert(1, current)
+        _set_source(current, text)
+        path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if stale:
+        print(("stale handout: " if check else "rewrote the handout of ") + ", ".join(stale))
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

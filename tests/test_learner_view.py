@@ -1,0 +1,261 @@
+"""The learner view (issue 24): checks on one side of a process boundary, the learner's code on the other.
+
+* ``wire``: values round-trip as plain data (views of one storage stay views of one storage) and a
+  malformed message is refused, never half-read;
+* ``peer``: what the checking side lends (a model, a callback) can be called, not explored;
+* the learner's view of the package holds no check, reference, demo or answer table;
+* every check of the course passes the instructor's solutions across the boundary, for random
+  31-bit seeds, with the learner's code in a process of its own (``learner_view.host``);
+* wrong work still fails there, with the same message.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from paged_helpers import checks
+from paged_helpers.learner_view import package_view, wire
+from paged_helpers.learner_view.connection import LearnerProcess
+from paged_helpers.learner_view.peer import Peer
+from paged_helpers.learner_view.remote import Remote
+
+from conftest import NOTEBOOKS, ROOT
+
+# --------------------------------------------------------------------------- the wire
+
+
+def _round_trip(value):
+    encoder = wire.Encoder(lambda v: pytest.fail(f"not plain: {v!r}"))
+    message = wire.loads(wire.dumps({"value": encoder(value), "storages": encoder.storages}))
+    storages = wire.read_storages(message, lambda flat, device: flat)
+    return wire.decode(message["value"], storages, lambda d: pytest.fail("no objects here"))
+
+
+def test_plain_values_and_tensors_round_trip_with_their_views():
+    import collections
+
+    buffer = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    value = {
+        "ints": [1, 2, 3],
+        (1, "a"): {1, 2},
+        "queue": collections.deque([4, 5]),
+        "range": range(2, 9, 3),
+        "slice": slice(1, None),
+        "nan": float("nan"),
+        "dtype": torch.bfloat16,
+        "tensors": (buffer, buffer[1:, 2:4], torch.ones(3, dtype=torch.bfloat16), torch.zeros(0, 2)),
+    }
+    got = _round_trip(value)
+    assert got["ints"] == [1, 2, 3] and got[(1, "a")] == {1, 2} and got["queue"] == collections.deque([4, 5])
+    assert got["range"] == range(2, 9, 3) and got["slice"] == slice(1, None) and got["dtype"] is torch.bfloat16
+    whole, view, bf16, empty = got["tensors"]
+    assert torch.equal(whole, buffer) and torch.equal(view, buffer[1:, 2:4]) and bf16.dtype == torch.bfloat16
+    assert view.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()  # one storage, as sent
+    assert empty.shape == (0, 2)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"tensor": {"storage": 0, "dtype": "float32", "offset": 0, "size": [5], "stride": [1]}},  # past the end
+        {"tensor": {"storage": 0, "dtype": "complex64", "offset": 0, "size": [1], "stride": [1]}},
+        {"tensor": {"storage": 3, "dtype": "float32", "offset": 0, "size": [1], "stride": [1]}},
+        {"tensor": {"storage": 0, "dtype": "float32", "offset": -1, "size": [1], "stride": [1]}},
+        {"pickle": "gASVAAAAAAAAAAA="},
+        {"dict": [[1]]},
+        {"set": [[1, 2]]},
+    ],
+)
+def test_a_malformed_value_is_refused(value):
+    storages = wire.read_storages({"storages": [{"bytes": "AAAAAAAAAAAAAAAA", "device": "cpu"}]}, lambda f, d: f)
+    with pytest.raises(wire.Malformed):
+        wire.decode(value, storages, lambda d: None)
+
+
+def test_a_message_that_is_not_json_or_too_deep_is_refused():
+    with pytest.raises(wire.Malformed):
+        wire.loads(b"{not json")
+    with pytest.raises(wire.Malformed):
+        wire.loads(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(wire.Malformed):
+        wire.read_storages({"storages": [{"bytes": "!!", "device": "cpu"}]}, lambda f, d: f)
+
+
+# --------------------------------------------------------------------------- what the checking side lends
+
+
+class _Lent:
+    lent_names = ("visible",)
+    visible = 3
+    secret = "the expected answer"
+
+    def __call__(self, x):
+        return x + 1
+
+    def mutate(self):
+        self.visible = 0
+
+
+def test_the_checking_side_lends_calls_and_listed_names_only():
+    peer = Peer(0, 1, serves="calls", make_proxy=Remote)
+    lent = _Lent()
+    perform = peer._perform
+    assert perform("call", {"target": lent, "name": None, "args": [1], "kwargs": {}, "value": None}) == 2
+    assert perform("getattr", {"target": lent, "name": "visible", "args": None, "kwargs": None, "value": None}) == 3
+    for op, name in (("getattr", "secret"), ("getattr", "__dict__"), ("method", "mutate"), ("setattr", "visible")):
+        with pytest.raises(PermissionError):
+            perform(op, {"target": lent, "name": name, "args": [], "kwargs": {}, "value": 0})
+    with pytest.raises(PermissionError):
+        perform("global", {"target": None, "name": "CHECKS", "args": [], "kwargs": {}, "value": None})
+    model_names = __import__("paged_helpers.model", fromlist=["Qwen3"]).Qwen3.lent_names
+    assert "load_state_dict" not in model_names and "forward" not in model_names  # a call runs forward
+
+
+# --------------------------------------------------------------------------- the learner's view of the package
+
+
+def test_the_learners_package_view_has_no_check_reference_or_answer(tmp_path):
+    view = package_view.build(tmp_path / "paged_helpers")
+    for withheld in package_view.WITHHELD:
+        for module in (view / withheld).glob("*.py"):
+            assert "Not in the learner's process while grading" in module.read_text(), module
+    every_source = "\n".join(path.read_text() for path in view.rglob("*.py"))
+    for answer in ("def decode_as", "ORDER_CASES", "def paged_decode_reference", "def check_block_allocator"):
+        assert answer not in every_source, answer
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import paged_helpers, paged_helpers.checks as c, paged_helpers.checks.kernel_bugs as bugs\n"
+        "from paged_helpers.reference import paged_decode_reference\n"
+        "from paged_helpers.demos.paged import utilization_figures\n"
+        "assert paged_helpers.__file__.startswith(sys.argv[1]), paged_helpers.__file__\n"
+        "for f in (c.check_block_allocator, bugs.decode_as, paged_decode_reference, utilization_figures):\n"
+        "    try: f()\n"
+        "    except RuntimeError as e: assert 'does not run in the learner' in str(e)\n"
+        "    else: raise SystemExit('ran')\n"
+        "print('withheld')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.strip() == "withheld", done.stderr
+
+
+# --------------------------------------------------------------------------- checks across the boundary
+
+# (notebook, check, the learner's names it takes), one row per check of the course.
+ACROSS = [
+    ("01_block_tables", "check_physical_slot", ["physical_slot"]),
+    ("01_block_tables", "check_utilization_sweep", ["utilization_sweep"]),
+    ("02_block_allocator", "check_block_allocator", ["BlockAllocator"]),
+    ("03_paged_kv_cache", "check_paged_kv_cache", ["PagedKVCache"]),
+    ("04_fork_and_copy_on_write", "check_copy_on_write", ["PagedKVCache"]),
+    ("04_fork_and_copy_on_write", "check_fork_logits", ["PagedKVCache"]),
+    ("05_prefix_caching", "check_prefix_cache", ["PrefixCache", "PagedKVCache"]),
+    ("06_triton_warmup", "check_scale_kernel", ["scale"]),
+    ("06_triton_warmup", "check_row_max_kernel", ["row_max"]),
+    ("06_triton_warmup", "check_gather_rows_kernel", ["gather_rows"]),
+    ("06_triton_warmup", "check_softmax_kernel", ["softmax"]),
+    ("06_triton_warmup", "check_load_block_kernel", ["load_block"]),
+    ("07_paged_decode_kernel", "check_paged_decode", ["paged_decode_attention"]),
+    ("07_paged_decode_kernel", "check_split_k_decode", ["split_k_decode_attention"]),
+    ("08_continuous_batching", "check_engine_admission", ["EngineAdmission", "PagedKVCache", "PrefixCache"]),
+    ("08_continuous_batching", "check_engine_plan", ["EnginePlanner", "PagedKVCache", "PrefixCache"]),
+    ("08_continuous_batching", "check_engine_reserve", ["EngineScheduler", "PagedKVCache", "PrefixCache"]),
+    ("08_continuous_batching", "check_engine_fork", ["ContinuousBatchingEngine", "PagedKVCache", "PrefixCache"]),
+    ("08_continuous_batching", "check_engine", ["ContinuousBatchingEngine", "PagedKVCache", "PrefixCache"]),
+    ("09_paged_prefill_kernel", "check_paged_prefill", ["paged_prefill_attention"]),
+    (
+        "09_paged_prefill_kernel",
+        "check_kernel_fork_logits",
+        ["paged_prefill_attention", "paged_decode_attention", "PagedKVCache"],
+    ),
+    ("10_radix_cache", "check_radix_cache", ["RadixCache", "BlockAllocator"]),
+    ("10_radix_cache", "check_cache_aware_order", ["cache_aware_order"]),
+    ("10_radix_cache", "check_radix_logits", ["RadixCache", "PagedKVCache"]),
+]
+
+
+def test_every_check_is_in_the_table():
+    assert sorted(name for _, name, _ in ACROSS) == sorted(checks.REGISTRY)
+
+
+def _learner(notebook) -> LearnerProcess:
+    host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(notebook)]
+    return LearnerProcess(host, time_limit=600, cwd=str(ROOT))
+
+
+def _run_across(notebook, check: str, names: list[str], **kwargs) -> list[str]:
+    with _learner(notebook) as learner:
+        function = checks.REGISTRY[check].function
+        if "seed" in inspect.signature(function).parameters:
+            kwargs.setdefault("seed", random.getrandbits(31))
+        function(*[learner.name(name) for name in names], **kwargs)
+        return learner.flags
+
+
+@pytest.mark.parametrize(("notebook", "check", "names"), ACROSS, ids=[row[1] for row in ACROSS])
+def test_the_solution_passes_every_check_from_another_process(notebook, check, names):
+    assert _run_across(NOTEBOOKS / f"{notebook}.ipynb", check, names) == []
+
+
+_LEAKY_ALLOCATOR = """
+from collections import deque
+
+class BlockAllocator:
+    def __init__(self, num_blocks):
+        self.free = deque(range(num_blocks))
+        self.refs = [0] * num_blocks
+
+    def allocate(self):
+        if not self.free:
+            raise MemoryError("pool exhausted")
+        block = self.free.popleft()
+        self.refs[block] = 1
+        return block
+
+    def share(self, block):
+        self.refs[block] += 1
+
+    def release(self, block):
+        self.refs[block] -= 1  # the bug: the last release never returns the block to the free list
+
+    @property
+    def num_free(self):
+        return len(self.free)
+"""
+
+
+def _notebook_of(tmp_path, source: str, name: str = "submission.ipynb"):
+    import nbformat
+
+    path = tmp_path / name
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), path)
+    return path
+
+
+def test_wrong_work_fails_across_the_boundary_with_the_same_message(tmp_path):
+    """An allocator that never frees: the message of one process, word for word, from the other."""
+    path = _notebook_of(tmp_path, _LEAKY_ALLOCATOR)
+    with pytest.raises(checks.CheckFailed) as across:
+        _run_across(path, "check_block_allocator", ["BlockAllocator"], seed=11)
+    from paged_helpers.notebook_loader import load_definitions
+
+    with pytest.raises(checks.CheckFailed) as here:
+        checks.check_block_allocator(load_definitions(path).BlockAllocator, seed=11)
+    assert str(across.value) == str(here.value)
+    assert "free" in str(here.value)
+
+
+def test_a_learner_value_that_lies_when_compared_is_refused_across_the_boundary(tmp_path):
+    """An int subclass whose == is always true arrives as an object, never as an int."""
+    source = (
+        "class Liar(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n\n"
+        "def physical_slot(table, position, block_size):\n    return Liar(0)\n"
+    )
+    with pytest.raises(checks.CheckFailed) as failure:
+        _run_across(_notebook_of(tmp_path, source), "check_physical_slot", ["physical_slot"])
+    assert "Liar" in str(failure.value), str(failure.value)

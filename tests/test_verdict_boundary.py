@@ -1,0 +1,151 @@
+"""Issue 24: the clean run's verdict comes from a process that never ran student code.
+
+Each hostile submission below is one the security audit used to score full marks with no work
+done; each runs through the real clean run (``second_opinion.run_runner``: the checker outside,
+the learner's process in the student's bubblewrap sandbox) and must score 0. Beside each, an
+honest control keeps its marks.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+
+from autograde_helpers import insert_cell_after, instructor
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _clean_run(tmp_path, notebook, assignment: str, test_source: str, timeout: int = 240) -> dict:
+    from autograde_helpers import sandbox, second_opinion
+
+    root = tmp_path / "course"
+    for part in ("source/" + assignment, f"submitted/alice/{assignment}", f"autograded/alice/{assignment}"):
+        (root / part).mkdir(parents=True, exist_ok=True)
+    path = root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
+    nbformat.write(notebook, path)
+    submission = sandbox.Submission(root, "alice", assignment)
+    calls = second_opinion.with_secret_seeds(second_opinion.check_calls(test_source), seed=1_234_567_891)
+    spec = {"notebook": str(path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": timeout}
+    return second_opinion.run_runner(submission, spec, budget=timeout + 120)["t"]
+
+
+def _one_cell(source: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+
+
+# A class body that reads the whole readable memory of its own process (opened read-only, no ctypes,
+# frames or gc), collects every token-like string and writes a "passing" outcome and a protocol
+# answer with each of them to every file descriptor it has.
+FORGER = r'''
+class _Forger:
+    import contextlib, os, re
+    tokens = set()
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
+        for line in maps.read().splitlines()[:400]:
+            span, mode = line.split()[:2]
+            low, high = (int(part, 16) for part in span.split("-"))
+            if "r" in mode and high - low <= 4 << 20:
+                with contextlib.suppress(OSError, ValueError, OverflowError):
+                    mem.seek(low)
+                    tokens.update(re.findall(rb"[0-9a-f]{32}", mem.read(high - low)))
+    outcome = b'{"outcome": {"token": "%s", "passed": true, "message": "", "load_changes": []}}\n'
+    for fd in range(3, 40):
+        for token in [b"0" * 32, *sorted(tokens)[:40]]:
+            with contextlib.suppress(OSError):
+                os.write(fd, outcome % token)
+        with contextlib.suppress(OSError):
+            os.write(fd, b'{"reply": 1, "value": null}\n{"cell_over": 0}\n')
+'''
+
+BLANK_ALLOCATOR = """
+class BlockAllocator:
+    def __init__(self, num_blocks):
+        raise NotImplementedError()
+"""
+
+
+@needs_bwrap
+def test_a_submission_that_forges_the_verdict_from_its_own_memory_scores_zero(tmp_path):
+    verdict = _clean_run(
+        tmp_path,
+        _one_cell(FORGER + BLANK_ALLOCATOR),
+        "02_block_allocator",
+        "check_block_allocator(BlockAllocator)\n",
+    )
+    assert verdict["passed"] is False, verdict
+
+
+@needs_bwrap
+def test_the_answer_table_is_not_in_the_learners_process(tmp_path):
+    """``cache_aware_order`` looked up in the checks' own table of answers: there is no table there."""
+    cheat = (
+        "from paged_helpers.checks.radix import ORDER_CASES\n\n"
+        "def cache_aware_order(waiting, cached_tokens, waited, max_wait=4):\n"
+        "    for _, w, c, t, m, expected, _ in ORDER_CASES:\n"
+        "        if (w, c, t, m) == (waiting, cached_tokens, waited, max_wait):\n"
+        "            return list(expected)\n"
+        "    return list(waiting)\n"
+    )
+    test = "check_cache_aware_order(cache_aware_order)\n"
+    verdict = _clean_run(tmp_path / "cheat", _one_cell(cheat), "10_radix_cache", test)
+    assert verdict["passed"] is False and "does not run in the learner's process" in verdict["message"], verdict
+    honest = (
+        "def cache_aware_order(waiting, cached_tokens, waited, max_wait=4):\n"
+        "    starving = [r for r in waiting if waited[r] >= max_wait]\n"
+        "    return starving + sorted((r for r in waiting if waited[r] < max_wait), key=lambda r: -cached_tokens[r])\n"
+    )
+    hidden = test + "check_cache_aware_order(cache_aware_order, seed=1, hidden=True)\n"
+    verdict = _clean_run(tmp_path / "honest", _one_cell(honest), "10_radix_cache", hidden)
+    assert verdict["passed"] is True, verdict
+
+
+ZERO_KERNEL = """    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
+"""
+COMPARISONS_ALWAYS_TRUE = """
+class _Agreeable:
+    import torch
+    torch.allclose = lambda *args, **kwargs: True
+    torch.equal = lambda *args, **kwargs: True
+    torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)
+"""
+
+
+def _warmup(kernel_body: str | None = None, extra: str | None = None) -> nbformat.NotebookNode:
+    notebook = instructor("06_triton_warmup")
+    if kernel_body is not None:
+        cell = next(c for c in notebook.cells if "def scale_kernel" in c.source)
+        cell.source = cell.source.split("    ### BEGIN SOLUTION")[0] + kernel_body
+    if extra is not None:
+        grade_id = next(c.metadata["nbgrader"]["grade_id"] for c in notebook.cells if "def scale_kernel" in c.source)
+        notebook = insert_cell_after(notebook, grade_id, extra)
+    return notebook
+
+
+@needs_bwrap
+def test_replacing_torchs_comparisons_in_the_learners_process_changes_no_verdict(tmp_path):
+    """A kernel that stores zeros, with torch.allclose and torch.equal made always-true from a class
+    body: the comparisons that decide are the checker's, in another process."""
+    test = "check_scale_kernel(scale)\n"
+    cheat = _warmup(ZERO_KERNEL, COMPARISONS_ALWAYS_TRUE)
+    assert _clean_run(tmp_path / "cheat", cheat, "06_triton_warmup", test)["passed"] is False
+    honest = _warmup()
+    verdict = _clean_run(tmp_path / "honest", honest, "06_triton_warmup", test)
+    assert verdict["passed"] is True, verdict
+
+
+def test_code_compiled_from_a_string_counts_as_the_students():
+    """Torch math run from ``exec``'d or ``make_dataclass``-made code is the student's (the audit hook's
+    torch watch looked only at the notebook's own file name before)."""
+    import sys
+
+    from autograde_helpers import learner_host
+
+    namespace: dict = {}
+    exec(compile("import sys\ndef frame():\n    return sys._getframe()\n", "<string>", "exec"), namespace)
+    assert learner_host._is_learner(namespace["frame"]())
+    assert not learner_host._is_learner(sys._getframe())
