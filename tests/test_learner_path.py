@@ -22,8 +22,9 @@ from nbclient import NotebookClient
 
 import paged_helpers as ph
 from paged_helpers.checks import check_block_allocator, check_copy_on_write, check_physical_slot
-from paged_helpers.checks.report import GRADED_ENV, CheckFailed, NotImplementedYet
+from paged_helpers.checks.report import CheckFailed, NotImplementedYet
 from paged_helpers.notebook_loader import NotebookLoadError, load_from_notebook
+from paged_helpers.running.graded import GRADED_ENV
 
 from autograde_helpers import kernel_guard
 from conftest import NOTEBOOKS, ROOT, solution, strip_ansi
@@ -235,9 +236,10 @@ def test_the_grading_guard_marks_its_runs_as_graded():
     assert kernel_guard.GRADED_ENV == GRADED_ENV
     source = Path(kernel_guard.__file__).read_text()
     assert "os.environ[GRADED_ENV] = \"1\"" in source
-    runner = (Path(kernel_guard.__file__).parent / "opinion_runner.py").read_text()
-    marked = runner.index(f'os.environ["{GRADED_ENV}"] = "1"')
-    assert marked < runner.index("import paged_helpers"), "the clean run is graded before the package is imported"
+    for script in ("opinion_runner.py", "learner_host.py"):  # the clean run's checker and learner process
+        runner = (Path(kernel_guard.__file__).parent / script).read_text()
+        marked = runner.index(f'os.environ["{GRADED_ENV}"] = "1"')
+        assert marked < runner.index("import paged_helpers"), f"{script} is graded before the package is imported"
 
 
 def test_a_passing_check_says_what_it_verified(capsys):

@@ -18,7 +18,7 @@ Two edits, decided from the notebook itself, never from a list of cells kept by 
   the line says what it waits for.
 * The visible check call of a graded cell gets ``unfinished="note"``: in the learner's
   workspace it prints "not implemented yet" and Run All goes on; in a graded run it still
-  fails (paged_helpers.checks.report.graded_run).
+  fails (paged_helpers.running.graded.graded_run).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = "paged_helpers"
-# Must equal paged_helpers.checks.report.GRADED_ENV (tests/test_grading_guard.py compares them).
+# Must equal paged_helpers.running.graded.GRADED_ENV (tests/test_learner_path.py compares them).
 GRADED_ENV = "PAGED_HELPERS_GRADED"
 
 
