@@ -164,7 +164,7 @@ def handout_markdown(name: str, notebooks: str | Path = NOTEBOOKS) -> str:
         "## Handout",
         "",
         f"**Deliverables: {_points(code + written)} points** ({_points(code)} for code, checked as you go; "
-        f"{_points(written)} for written answers, marked by hand from a rubric).",
+        f"{_points(written)} for written answers, marked by hand).",
         "",
         "| graded cell | points | graded by |",
         "| --- | --- | --- |",
