@@ -229,6 +229,7 @@ class Peer:
         # Exceptions this end raised while serving, by number: one that comes back through the other
         # end's code (a hook's CheckFailed through the learner's engine) is raised again as itself.
         self.raised: dict[int, BaseException] = {}
+        self._method_names: dict[type, list[str]] = {}
         self._ids: dict[int, int] = {}  # id(object) -> its id here
         self.flags: list[str] = []
         self.deadline: float | None = None
@@ -257,7 +258,25 @@ class Peer:
             "value_like": isinstance(value, VALUE_TYPES) and type(value) not in MUTABLE_CONTAINERS,
             # An exact list, dict, set or deque, sent by reference (``MUTABLE_CONTAINERS``).
             "container": type(value) in MUTABLE_CONTAINERS,
+            # The methods its class defines, so that ``obj.name(...)`` is one request, not two.
+            "methods": self._methods(value),
         }
+
+    def _methods(self, value: Any) -> list[str]:
+        """Public names of plain functions in ``value``'s class (not shadowed by its own attributes)."""
+        kind = type(value)
+        if isinstance(value, type) or kind.__module__ == "builtins":
+            return []
+        if kind not in self._method_names:
+            names = set()
+            for klass in kind.__mro__[:-1]:
+                names.update(n for n, v in vars(klass).items() if inspect.isfunction(v) and not n.startswith("__"))
+            self._method_names[kind] = sorted(names)
+        try:
+            own = vars(value)
+        except TypeError:
+            own = {}
+        return [name for name in self._method_names[kind] if name not in own]
 
     def _describe_other(self, value: Any) -> dict:
         from .remote import Remote, remote_peer, remote_ref

@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["Remote", "is_remote", "plain", "learner_type", "remote_peer", "remote_ref", "remote_type"]
 
-_SLOTS = ("_peer", "_ref", "_type", "_callable", "_is_class", "_value_like", "_container")
+_SLOTS = ("_peer", "_ref", "_type", "_callable", "_is_class", "_value_like", "_container", "_methods")
 
 
 class Remote:
@@ -33,6 +33,9 @@ class Remote:
         object.__setattr__(self, "_is_class", description.get("is_class") is True)
         object.__setattr__(self, "_value_like", description.get("value_like") is not False)
         object.__setattr__(self, "_container", description.get("container") is True)
+        methods = description.get("methods") if type(description.get("methods")) is list else []
+        object.__setattr__(self, "_methods", frozenset(m for m in methods if type(m) is str))
+
 
     def _ask(self, op: str, **fields: Any) -> Any:
         return object.__getattribute__(self, "_peer").request(op, target=self, **fields)
@@ -40,6 +43,8 @@ class Remote:
     def __getattr__(self, name: str) -> Any:
         if name in _SLOTS:
             raise AttributeError(name)
+        if name in object.__getattribute__(self, "_methods"):
+            return _Method(self, name)  # called later in one request
         return self._ask("getattr", name=name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -145,6 +150,25 @@ class Remote:
                 )
             )
         return inspect.Signature(parameters)
+
+
+class _Method:
+    """``obj.name`` of a method of the other object's class: a call is one ``method`` request."""
+
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner: Remote, name: str):
+        self.owner, self.name = owner, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.owner.call_method(self.name, *args, **kwargs)
+
+    @property
+    def __name__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<method {self.name} of the learner's {remote_type(self.owner)}>"
 
 
 def is_remote(value: Any) -> bool:
