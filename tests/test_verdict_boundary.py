@@ -2,8 +2,8 @@
 
 Each hostile submission below is one the security audit used to score full marks with no work
 done; each runs through the real clean run (``second_opinion.run_runner``: the checker outside,
-the learner's process in the student's bubblewrap sandbox) and must score 0. Beside each, an
-honest control keeps its marks.
+the learner's process in the student's bubblewrap sandbox) and must score 0. Beside most, an
+honest control keeps its marks (the honest notebook 02 is tests/test_grading_guard.py's).
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def test_a_submission_that_forges_the_verdict_from_its_own_memory_scores_zero(tm
         "check_block_allocator(BlockAllocator)\n",
     )
     assert verdict["passed"] is False, verdict
+    assert any("forged or garbled" in flag for flag in verdict["flags"]), verdict  # it reached the pipe
 
 
 @needs_bwrap

@@ -41,6 +41,9 @@ else:  # run as a script inside the sandbox, from this folder
     import sandbox_inside
 
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
+import paged_helpers.model  # noqa: F401  (imported once here, before the import system is recorded,
+import paged_helpers.serving  # noqa: F401   so that every cell's fork starts with them)
+from paged_helpers.learner_view import calls, subclass  # noqa: F401
 from paged_helpers.learner_view.host import protocol_descriptors, serve_notebook
 
 LEARNER_SUFFIX = " (code cells)"  # the file name notebook_loader gives a student's definitions
@@ -385,13 +388,6 @@ def serve(sandboxed: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
-    # Imported once here, so that every cell's fork starts with them.
-    import torch  # noqa: F401
-
-    import paged_helpers.model  # noqa: F401
-    import paged_helpers.serving  # noqa: F401
-    from paged_helpers.learner_view import calls, subclass  # noqa: F401
-
     return serve(sandboxed="--sandboxed" in argv)
 
 

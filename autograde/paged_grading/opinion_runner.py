@@ -40,6 +40,7 @@ if __name__ == "__main__":
 # The checks: this process is theirs, and nothing of the student's is ever imported into it.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 from paged_helpers.checks import report
+from paged_helpers.learner_view.connection import stop_process
 from paged_helpers.learner_view.peer import LearnerError, Peer, PeerGone, ProtocolBroken
 from paged_helpers.learner_view.remote import Remote
 
@@ -87,12 +88,7 @@ class LearnerZygote:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            for stream in (self.process.stdin, self.process.stdout):
-                with contextlib.suppress(OSError):
-                    stream.close()
+            stop_process(self.process)
         self.process = None
 
 
@@ -114,6 +110,8 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
         return verdict
     call: dict = {}
     try:
+        if not isinstance(hello.get("loaded"), bool):  # not the learner process's first word: written by its code
+            peer.flags.append("a forged or garbled message came from the learner's process (before it loaded)")
         changes = hello.get("changes") if isinstance(hello.get("changes"), list) else []
         verdict["flags"] += [f"while loading the definitions: {str(change)[:300]}" for change in changes[:20]]
         if hello.get("loaded") is not True:

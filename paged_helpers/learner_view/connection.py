@@ -10,6 +10,7 @@ that dies, hangs past ``time_limit`` or breaks the protocol raises ``PeerGone``.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from typing import Any
@@ -17,7 +18,18 @@ from typing import Any
 from .peer import Peer, PeerGone, rebuild_error
 from .remote import Remote
 
-__all__ = ["LearnerProcess", "PeerGone"]
+__all__ = ["LearnerProcess", "PeerGone", "stop_process"]
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """Kill ``process`` if it still runs, reap it, and close the pipes this side holds to it."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 class LearnerProcess:
@@ -53,16 +65,9 @@ class LearnerProcess:
             try:
                 self.peer.deadline = time.monotonic() + 5
                 self.peer.request("end")
-            except Exception:  # noqa: BLE001 - ending is best effort; the kill below is not
+            except (Exception, PeerGone):  # noqa: BLE001 - ending is best effort; the kill below is not
                 pass
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        stop_process(self.process)
 
     def __enter__(self) -> LearnerProcess:
         return self

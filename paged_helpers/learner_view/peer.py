@@ -57,6 +57,8 @@ SPECIALS = {
     "index": lambda obj: obj.__index__(),
     "float": float,
 }
+# Distinct flags kept from the other end, in all: what reaches the integrity log stays bounded.
+MAX_FLAGS = 50
 # What the checking end lends: calls, public reads, and the specials a caller of a model uses.
 LENT_SPECIALS = {"len", "getitem", "contains", "list", "bool", "repr", "str"}
 
@@ -375,7 +377,9 @@ class Peer:
             raise ProtocolBroken(str(error)) from None
         flags = message.pop("flags", None)
         if type(flags) is list:
-            self.flags += [str(flag)[:500] for flag in flags[:50] if str(flag) not in self.flags]
+            for flag in flags[:MAX_FLAGS]:
+                if len(self.flags) < MAX_FLAGS and str(flag)[:500] not in self.flags:
+                    self.flags.append(str(flag)[:500])
         return message
 
     def request(self, op: str, **fields: Any) -> Any:

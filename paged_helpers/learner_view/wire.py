@@ -289,15 +289,5 @@ def loads(line: bytes) -> dict:
     return message
 
 
-def place_on(device_of: Callable[[str], torch.device]) -> Callable[[torch.Tensor, str], torch.Tensor]:
-    """A ``place`` for ``decode``'s storages: each on the device its side uses for that kind."""
-
-    def place(flat: torch.Tensor, device: str) -> torch.Tensor:
-        target = device_of(device)
-        return flat if target.type == "cpu" else flat.to(target)
-
-    return place
-
-
 def read_storages(message: dict, place: Callable[[torch.Tensor, str], torch.Tensor]) -> list[torch.Tensor]:
     return _storages(message.get("storages", []), place)
