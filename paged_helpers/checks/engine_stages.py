@@ -10,18 +10,27 @@ each check takes milliseconds.
   check_engine_plan        EnginePlanner._plan: decoders, chunk size, token budget
   check_engine_reserve     EngineScheduler._reserve/_preempt: room, evict before preempting,
                            the newest as victim, the queue afterwards
-  check_engine_fork        ContinuousBatchingEngine._fork_samples: n - 1 samples sharing blocks;
-                           _finish: a request's samples reported by sample index
+  check_engine_fork        ContinuousBatchingEngine._fork_samples: n - 1 samples sharing blocks,
+                           returned; _finish: a request's samples reported by sample index
+
+Each scenario is a small frozen dataclass: its sizes, ``draw(rng)`` (the hidden tests' sizes,
+drawn from the grader's seed, always a scenario every correct engine passes) and ``run``. The
+visible calls run the ``VISIBLE_*`` instances; ``hidden=True`` runs every kind of the check's
+``*_KINDS`` drawn from ``seed`` (``report.run_hidden_scenarios``: messages without numbers).
 """
 
 from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass, replace
 
 from ..learner_view.access import transfer
 from ..learner_view.remote import is_remote, remote_type
 from ..serving import Sequence, sample_seed
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build
-from .report import CheckFailed, call_learner, check, fail
+from .report import CheckFailed, call_learner, ceil_div, check, fail, run_hidden_scenarios
 from .strict import learner_int, learner_list
 
 __all__ = ["check_engine_admission", "check_engine_plan", "check_engine_reserve", "check_engine_fork"]
@@ -158,148 +167,482 @@ def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=
         )
 
 
-def _admission_front_door(engine_class, cache_class, prefix_class) -> None:
-    num_blocks = 9
-    capacity = num_blocks * BLOCK_SIZE
-    scenario = f"the front door, a pool of {num_blocks} blocks of {BLOCK_SIZE} ({capacity} tokens)"
-    engine, cache, _ = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    _expect_refused(engine, scenario, "too_long", _tokens(1, capacity - 1), 2)
-    _expect_accepted(engine, scenario, "exactly_the_pool", _tokens(1, capacity - 4), 4, seed=3)
-    cache.create("busy")  # another request holds most of the pool now
-    cache.reserve("busy", 6 * BLOCK_SIZE)
-    _expect_accepted(engine, f"{scenario}, 6 blocks in use", "fits_later", _tokens(50, 20), 12, n=2, seed=7)
+@dataclass(frozen=True)
+class FrontDoor:
+    """add_request alone: a request one block too many for the pool, one of exactly the pool, and one
+    that fits the pool but not the blocks free while ``busy_blocks`` are in use."""
 
+    num_blocks: int
+    too_long: tuple[int, int]  # (prompt tokens, max_new_tokens)
+    exact: tuple[int, int]
+    busy_blocks: int
+    later: tuple[int, int]
+    n: int
+    seed: int
+    temperature: float
 
-def _admission_queue(engine_class, cache_class, prefix_class) -> None:
-    # 10 blocks: the spare 1% is 0 blocks rounded down and 1 rounded up, and the answer is the same
-    # either way (the notebook accepts both readings): 'b' fits only by evicting 1 or 2 of the two
-    # cached blocks nobody uses, and 'c' fits in neither.
-    num_blocks = 10
-    scenario = (
-        f"admission in a pool of {num_blocks} blocks of {BLOCK_SIZE}: a 16-token prompt left in the prefix "
-        "cache; waiting: 'a' (its first 8 tokens + 5), 'b' (20 new tokens), 'c' (its first 8 tokens + 16)"
-    )
-    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    cached = _tokens(100, 16)
-    _leave_in_prefix_cache(cache, prefix, "earlier", cached)
-    queue = (("a", cached[:8] + _tokens(200, 5)), ("b", _tokens(300, 20)), ("c", cached[:8] + _tokens(400, 16)))
-    for request_id, prompt in queue:
-        _expect_accepted(engine, scenario, request_id, prompt, 3)
-    call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
-    admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
-    if admitted != ["a", "b"]:
-        fail(
-            f"{scenario}: admit while there is room",
-            "['a', 'b'] admitted: 'a' reuses 8 cached tokens and needs 2 more blocks; 'b' needs 5, which fit "
-            "once the cached blocks nobody uses are evicted, with the spare kept (1% of 10 blocks: 0 rounded "
-            "down, 1 rounded up, either is accepted); 'c' (4 more) does not fit",
-            admitted,
-            "admit from the front while the free blocks, after _make_room evicts from the prefix cache, "
-            "cover what the running prefills and this sequence still need plus the spare 1% of the pool; "
-            "stop at the first that does not fit",
+    @classmethod
+    def draw(cls, rng: random.Random) -> FrontDoor:
+        num_blocks = rng.randint(4, 40)
+        capacity = num_blocks * BLOCK_SIZE
+        busy = rng.randint(1, num_blocks - 1)
+        later = rng.randint(num_blocks - busy + 1, num_blocks) * BLOCK_SIZE - rng.randint(0, BLOCK_SIZE - 1)
+        return cls(
+            num_blocks,
+            _split(rng, capacity + rng.randint(1, 2 * BLOCK_SIZE)),
+            _split(rng, capacity - rng.randint(0, BLOCK_SIZE - 1)),
+            busy,
+            _split(rng, later),
+            rng.randint(1, 5),
+            rng.getrandbits(31),
+            rng.choice((0.0, 0.5, 1.0)),
+        )
+
+    def run(self, classes) -> None:
+        capacity = self.num_blocks * BLOCK_SIZE
+        scenario = f"the front door, a pool of {self.num_blocks} blocks of {BLOCK_SIZE} ({capacity} tokens)"
+        engine, cache, _ = _engine(*classes, self.num_blocks, scenario)
+        _expect_refused(engine, scenario, "too_long", _tokens(1, self.too_long[0]), self.too_long[1])
+        _expect_accepted(engine, scenario, "exactly_the_pool", _tokens(1, self.exact[0]), self.exact[1], seed=3)
+        cache.create("busy")  # another request holds most of the pool now
+        cache.reserve("busy", self.busy_blocks * BLOCK_SIZE)
+        _expect_accepted(
+            engine,
+            f"{scenario}, {self.busy_blocks} blocks in use",
+            "fits_later",
+            _tokens(50, self.later[0]),
+            self.later[1],
+            n=self.n,
+            seed=self.seed,
+            temperature=self.temperature,
         )
 
 
-def _admission_idle(engine_class, cache_class, prefix_class) -> None:
-    num_blocks = 100
-    capacity = num_blocks * BLOCK_SIZE
-    scenario = (
-        f"an idle engine, a pool of {num_blocks} blocks, 4 of them holding a cached prompt; waiting: one "
-        f"request of exactly {capacity} tokens (the whole pool, no room left for a 1% spare)"
-    )
-    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(1000, 16))
-    _expect_accepted(engine, scenario, "alone", _tokens(300, capacity - 1), 1)
-    call_learner("_admit()", engine._admit, scenario=scenario)
+def _split(rng: random.Random, total: int) -> tuple[int, int]:
+    """``total`` tokens as (prompt, max_new_tokens), both at least 1."""
+    max_new = rng.randint(1, min(total - 1, 3 * BLOCK_SIZE))
+    return total - max_new, max_new
 
 
-def _admission_spare(engine_class, cache_class, prefix_class) -> None:
-    num_blocks = 100
-    scenario = (
-        f"an idle engine, a pool of {num_blocks} blocks of {BLOCK_SIZE}; waiting: 'a' and 'b', prompts of 200 "
-        "tokens (50 blocks each)"
-    )
-    engine, _, _ = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
-    _expect_accepted(engine, scenario, "a", _tokens(1, 200), 4)
-    _expect_accepted(engine, scenario, "b", _tokens(300, 200), 4)
-    call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
-    admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
-    if admitted != ["a"]:
-        fail(
-            f"{scenario}: admit only with room",
-            "['a'] admitted: 'a' and 'b' need 100 blocks together, and 1 block (1% of the pool) stays spare",
-            admitted,
-            "count the running prefills' blocks, this sequence's, and the spare 1% of the pool",
+@dataclass(frozen=True)
+class Queue:
+    """_admit on a queue behind a prompt of ``cached_blocks`` blocks left in the prefix cache.
+
+    ``requests``: (request_id, shares, new tokens). A request that shares opens with the cached
+    prompt's first ``shared_blocks`` blocks (the first request always does, so those blocks stay in
+    use from its admission on); the others are new tokens only. Nothing is allocated by admission, so
+    for any correct engine the blocks it can still make free are the free ones plus the cached blocks
+    nobody uses: ``num_blocks - shared_blocks`` from the first admission on, however much it evicted.
+    """
+
+    num_blocks: int
+    cached_blocks: int
+    shared_blocks: int
+    requests: tuple[tuple[str, bool, int], ...]
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Queue:
+        """A queue whose answer is the same whether the spare 1% is rounded down or up, in which some
+        admission needs eviction and some request is left waiting (every 31-bit seed finds one)."""
+        while True:
+            cached = rng.randint(2, 5)
+            shared = rng.randint(1, cached - 1)
+            kinds = [True] + [rng.random() < 0.5 for _ in range(rng.randint(2, 4))]
+            requests = tuple((f"r{i}", shares, rng.randint(1, 6 * BLOCK_SIZE)) for i, shares in enumerate(kinds))
+            queue = cls(rng.randint(8, 40), cached, shared, requests)
+            answers = {queue.expected(spare) for spare in (0, 1)}
+            if len(answers) == 1 and queue.interesting():
+                return queue
+
+    def prompt(self, shares: bool, new: int, start: int) -> list[int]:
+        opening = _tokens(100, self.shared_blocks * BLOCK_SIZE) if shares else []
+        return opening + _tokens(start, new)
+
+    def decisions(self, spare: int) -> list[tuple[str, int, int, int]]:
+        """(request_id, blocks it needs, blocks promised to running prefills, blocks free) of each
+        admission tried, until the first that does not fit; the first is forced (an idle engine)."""
+        room = self.num_blocks - self.shared_blocks  # free + cached blocks nobody uses
+        promised, tried = 0, []
+        for request_id, shares, new in self.requests:
+            hits = self.shared_blocks if shares else 0
+            length = hits * BLOCK_SIZE + new
+            own = ceil_div(length, BLOCK_SIZE) - hits
+            tried.append((request_id, own, promised, self.num_blocks - self.cached_blocks))
+            if tried[1:] and promised + own + spare > room:
+                break
+            promised += own if length - hits * BLOCK_SIZE > 1 else 0  # prefilling: more than one pending
+        return tried
+
+    def expected(self, spare: int) -> tuple[str, ...]:
+        tried = self.decisions(spare)
+        room = self.num_blocks - self.shared_blocks
+        last = tried[-1]
+        fits = len(tried) == 1 or last[2] + last[1] + spare <= room
+        return tuple(request_id for request_id, *_ in (tried if fits else tried[:-1]))
+
+    def interesting(self) -> bool:
+        """Somebody waits, and some admission is possible only by evicting cached blocks."""
+        tried, admitted = self.decisions(0), self.expected(0)
+        free = self.num_blocks - self.cached_blocks
+        evicts = any(promised + own > free for _, own, promised, _ in tried[1 : len(admitted)])
+        return len(admitted) < len(self.requests) and evicts and len(admitted) > 1
+
+    def run(self, classes) -> None:
+        opening = f"the first {self.shared_blocks * BLOCK_SIZE} cached tokens + "
+        shown = ", ".join(
+            f"{request_id!r} ({opening if shares else ''}{new} new)" for request_id, shares, new in self.requests
         )
+        scenario = (
+            f"admission in a pool of {self.num_blocks} blocks of {BLOCK_SIZE}: a "
+            f"{self.cached_blocks * BLOCK_SIZE}-token prompt left in the prefix cache; waiting: {shown}"
+        )
+        engine, cache, prefix = _engine(*classes, self.num_blocks, scenario)
+        _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(100, self.cached_blocks * BLOCK_SIZE))
+        for number, (request_id, shares, new) in enumerate(self.requests):
+            _expect_accepted(engine, scenario, request_id, self.prompt(shares, new, 200 + 100 * number), 3)
+        call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
+        admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
+        expected = list(self.expected(0))
+        if admitted != expected:
+            reasons = [f"{request_id!r} needs {own} more block(s)" for request_id, own, _, _ in self.decisions(0)]
+            fail(
+                f"{scenario}: admit while there is room",
+                f"{expected} admitted ({'; '.join(reasons)}): {self.num_blocks - self.shared_blocks} block(s) "
+                "can be made free once the cached blocks nobody uses are evicted, with the spare kept (1% of "
+                f"{self.num_blocks} blocks: 0 rounded down, 1 rounded up, either gives this answer)",
+                admitted,
+                "admit from the front while the free blocks, after _make_room evicts from the prefix cache, "
+                "cover what the running prefills and this sequence still need plus the spare 1% of the pool; "
+                "stop at the first that does not fit",
+            )
+
+
+# 10 blocks: the spare 1% is 0 blocks rounded down and 1 rounded up, and the answer is the same either
+# way: 'b' fits only by evicting 1 or 2 of the two cached blocks nobody uses, and 'c' fits in neither.
+VISIBLE_QUEUE = Queue(10, 4, 2, (("a", True, 5), ("b", False, 20), ("c", True, 16)))
+
+
+@dataclass(frozen=True)
+class Idle:
+    """An idle engine with a prompt cached, and one request of exactly the whole pool."""
+
+    num_blocks: int
+    cached_blocks: int
+    max_new: int
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Idle:
+        num_blocks = rng.randint(8, 150)
+        return cls(num_blocks, rng.randint(1, min(6, num_blocks - 1)), rng.randint(1, 2 * BLOCK_SIZE))
+
+    def run(self, classes) -> None:
+        capacity = self.num_blocks * BLOCK_SIZE
+        scenario = (
+            f"an idle engine, a pool of {self.num_blocks} blocks, {self.cached_blocks} of them holding a cached "
+            f"prompt; waiting: one request of exactly {capacity} tokens (the whole pool, no room left for a 1% spare)"
+        )
+        engine, cache, prefix = _engine(*classes, self.num_blocks, scenario)
+        _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(1000, self.cached_blocks * BLOCK_SIZE))
+        _expect_accepted(engine, scenario, "alone", _tokens(3000, capacity - self.max_new), self.max_new)
+        call_learner("_admit()", engine._admit, scenario=scenario)
+
+
+@dataclass(frozen=True)
+class Spare:
+    """An idle engine of at least 100 blocks and two prompts that together fill the pool but leave
+    less than its 1% spare: only the first is admitted."""
+
+    num_blocks: int
+    first: int  # prompt tokens
+    second: int
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Spare:
+        num_blocks = rng.randint(100, 400)
+        spare = num_blocks // 100
+        first = rng.randint(num_blocks // 4, 3 * num_blocks // 4)
+        second = num_blocks - first - rng.randint(0, spare - 1)
+        return cls(num_blocks, *(blocks * BLOCK_SIZE - rng.randint(0, BLOCK_SIZE - 1) for blocks in (first, second)))
+
+    def run(self, classes) -> None:
+        blocks = [ceil_div(tokens, BLOCK_SIZE) for tokens in (self.first, self.second)]
+        spare = self.num_blocks // 100
+        scenario = (
+            f"an idle engine, a pool of {self.num_blocks} blocks of {BLOCK_SIZE}; waiting: 'a' ({self.first} "
+            f"tokens, {blocks[0]} blocks) and 'b' ({self.second} tokens, {blocks[1]} blocks)"
+        )
+        engine, _, _ = _engine(*classes, self.num_blocks, scenario)
+        _expect_accepted(engine, scenario, "a", _tokens(1, self.first), 4)
+        _expect_accepted(engine, scenario, "b", _tokens(5000, self.second), 4)
+        call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
+        admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
+        if admitted != ["a"]:
+            fail(
+                f"{scenario}: admit only with room",
+                f"['a'] admitted: 'a' and 'b' need {sum(blocks)} blocks together, and {spare} block(s) (1% of the "
+                "pool) stay spare",
+                admitted,
+                "count the running prefills' blocks, this sequence's, and the spare 1% of the pool",
+            )
+
+
+VISIBLE_ADMISSION = (
+    FrontDoor(9, (9 * BLOCK_SIZE - 1, 2), (9 * BLOCK_SIZE - 4, 4), 6, (20, 12), 2, 7, 0.0),
+    VISIBLE_QUEUE,
+    Idle(100, 4, 1),
+    Spare(100, 200, 200),
+)
+ADMISSION_KINDS = {
+    "the front door: a request too long for the pool, one of exactly the pool, one that fits later": FrontDoor,
+    "a queue behind a cached prompt: admission in order, eviction, the first that does not fit": Queue,
+    "an idle engine admitting a request of the whole pool": Idle,
+    "two prompts that fill the pool but leave less than its 1% spare": Spare,
+}
 
 
 @check(notebook=NOTEBOOK, builds="EngineAdmission", partners=PARTNERS)
-def check_engine_admission(engine_class, cache_class, prefix_cache_class) -> str:
-    """add_request and _admit of the learner's EngineAdmission, on hand-built queues and pools."""
-    for stage in (_admission_front_door, _admission_queue, _admission_idle, _admission_spare):
-        stage(engine_class, cache_class, prefix_cache_class)
+def check_engine_admission(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False):
+    """add_request and _admit of the learner's EngineAdmission, on hand-built queues and pools.
+
+    ``hidden=True`` (the hidden tests) runs every kind of ``ADMISSION_KINDS`` with sizes drawn from
+    ``seed``, and names none of their numbers.
+    """
+    classes = (engine_class, cache_class, prefix_cache_class)
+    if hidden:
+        _run_hidden(ADMISSION_KINDS, seed, classes)
+        return "hidden scenarios"
+    for scenario in VISIBLE_ADMISSION:
+        scenario.run(classes)
     return "4 scenarios (the front door, a queue with a cached prefix, an idle engine, the spare 1%)"
+
+
+def _run_hidden(kinds: dict, seed: int, classes: tuple) -> None:
+    """Every kind of ``kinds`` (description -> a scenario class with ``draw(rng)`` and ``run(classes)``),
+    drawn from ``seed``: the hidden tests' scenarios, whose numbers the messages do not show."""
+    runners = {description: functools.partial(_draw_and_run, kind) for description, kind in kinds.items()}
+    run_hidden_scenarios(runners, seed, len(runners), classes)
+
+
+def _draw_and_run(kind, classes: tuple, rng: random.Random) -> None:
+    kind.draw(rng).run(classes)
 
 
 # ---------------------------------------------------------------- planning a step
 
 
-def _plan_case(engine_class, cache_class, prefix_class, scenario, running, chunk_size, max_step_tokens) -> None:
-    engine, _, _ = _engine(
-        engine_class, cache_class, prefix_class, 8, scenario, chunk_size=chunk_size, max_step_tokens=max_step_tokens
-    )
-    running = [transfer(engine, seq) for seq in running]
-    engine.running.extend(running)
-    call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
+@dataclass(frozen=True)
+class Batch:
+    """_plan on a running batch: (kind, prompt, cached or output) per sequence, oldest first.
+
+    Kinds: "decode" (prompt and ``extra`` output tokens, all but the last cached), "prefill" (``extra``
+    prompt tokens cached), "back" (readmitted after preemption: ``extra`` output tokens, nothing cached).
+    Planning allocates nothing, so any batch is a fair one.
+    """
+
+    description: str
+    sequences: tuple[tuple[str, int, int], ...]
+    chunk_size: int
+    max_step_tokens: int
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Batch:
+        sequences = []
+        for _ in range(rng.randint(2, 8)):
+            kind = rng.choice(("decode", "decode", "prefill", "prefill", "back"))
+            prompt = rng.randint(2, 40)
+            extra = {"decode": rng.randint(1, 6), "prefill": rng.randint(0, prompt - 2), "back": rng.randint(1, 6)}
+            sequences.append((kind, prompt, extra[kind]))
+        return cls("a running batch", tuple(sequences), rng.randint(1, 16), rng.randint(1, 48))
+
+    def running(self) -> list[Sequence]:
+        made = []
+        for index, (kind, prompt, extra) in enumerate(self.sequences):
+            sid, start = f"{kind[0]}{index}", 1 + 64 * index
+            if kind == "decode":
+                made.append(_decoding(sid, prompt, extra, start=start))
+            elif kind == "prefill":
+                made.append(_prefilling(sid, prompt, cached=extra, start=start))
+            else:
+                made.append(_prefilling(sid, prompt, output=extra, start=start))
+        return made
+
+    def run(self, classes) -> None:
+        scenario = f"{self.description}; chunks of {self.chunk_size}, {self.max_step_tokens} tokens a step"
+        engine, _, _ = _engine(*classes, 8, scenario, chunk_size=self.chunk_size, max_step_tokens=self.max_step_tokens)
+        engine.running.extend(transfer(engine, seq) for seq in self.running())
+        call_learner("_plan()", engine._plan, scenario=scenario)  # the watched _plan applies the rules
+
+
+VISIBLE_BATCHES = (
+    Batch(
+        "decoders d0, d2 and prefills p1 (20 pending), p3 (5), p4 (30), p5 (12)",
+        (
+            ("decode", 6, 2),
+            ("prefill", 20, 0),
+            ("decode", 9, 1),
+            ("prefill", 9, 4),
+            ("prefill", 30, 0),
+            ("prefill", 12, 0),
+        ),
+        8,
+        24,
+    ),
+    Batch(
+        "four decoders and a prefill (3 tokens a step: fewer than the decoders)",
+        (("decode", 5, 1), ("decode", 5, 2), ("decode", 5, 3), ("decode", 5, 4), ("prefill", 10, 0)),
+        8,
+        3,
+    ),
+    Batch(
+        "a sequence readmitted after preemption (prompt 6 + output 5, nothing cached) behind a decoder",
+        (("decode", 6, 3), ("back", 6, 5)),
+        4,
+        16,
+    ),
+)
+PLAN_KINDS = {
+    "a running batch of decoders, prefills and readmitted sequences": Batch,
+    "another running batch, with its own chunk size and budget": Batch,
+}
 
 
 @check(notebook=NOTEBOOK, builds="EnginePlanner", partners=PARTNERS)
-def check_engine_plan(engine_class, cache_class, prefix_cache_class) -> str:
-    """_plan of the learner's EnginePlanner on hand-built running batches."""
-    cases = [
-        (
-            "decoders d0, d2 and prefills p1 (20 pending), p3 (5), p4 (30), p5 (12); chunks of 8, 24 tokens a step",
-            [
-                _decoding("d0", 6, 2),
-                _prefilling("p1", 20),
-                _decoding("d2", 9, 1),
-                _prefilling("p3", 9, cached=4),
-                _prefilling("p4", 30),
-                _prefilling("p5", 12),
-            ],
-            8,
-            24,
-        ),
-        (
-            "four decoders and a prefill; chunks of 8, 3 tokens a step (fewer than the decoders)",
-            [_decoding(f"d{i}", 5, 1 + i) for i in range(4)] + [_prefilling("p", 10)],
-            8,
-            3,
-        ),
-        (
-            "a sequence readmitted after preemption (prompt 6 + output 5, nothing cached) behind a decoder; "
-            "chunks of 4, 16 tokens a step",
-            [_decoding("d", 6, 3), _prefilling("back", 6, output=5)],
-            4,
-            16,
-        ),
-    ]
-    for scenario, running, chunk, budget in cases:
-        _plan_case(engine_class, cache_class, prefix_cache_class, scenario, running, chunk, budget)
-    return f"{len(cases)} running batches"
+def check_engine_plan(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False) -> str:
+    """_plan of the learner's EnginePlanner on hand-built running batches (``hidden=True``: batches,
+    chunk sizes and budgets drawn from ``seed``)."""
+    classes = (engine_class, cache_class, prefix_cache_class)
+    if hidden:
+        _run_hidden(PLAN_KINDS, seed, classes)
+        return "hidden scenarios"
+    for batch in VISIBLE_BATCHES:
+        batch.run(classes)
+    return f"{len(VISIBLE_BATCHES)} running batches"
 
 
 # ---------------------------------------------------------------- reserve, evict, preempt
 
 
-def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks, cached_prompt, placed, waiting):
-    """Run the learner's _reserve on ``placed`` [(seq, computed, count)]; returns (engine, kept, victims)."""
-    engine, cache, prefix = _engine(engine_class, cache_class, prefix_class, num_blocks, scenario)
+@dataclass(frozen=True)
+class Pool:
+    """_reserve on sequences placed in a pool of ``num_blocks``: (seq_id, kind, prompt, extra, count)
+    each, oldest first, planned in that order ("decode": ``extra`` output tokens, all but the last
+    cached, one token planned; "prefill": ``extra`` prompt tokens cached, ``count`` planned), a prompt of
+    ``cached_blocks`` blocks nobody uses left in the prefix cache, and maybe a sequence waiting.
+
+    The preemptions it must make follow from the blocks alone (``victims``): a correct engine
+    preempts only once nothing is left to evict, so how much it evicted at each MemoryError does not
+    change them.
+    """
+
+    description: str
+    num_blocks: int
+    cached_blocks: int
+    placed: tuple[tuple[str, str, int, int, int], ...]
+    waiting: bool
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Pool:
+        placed = []
+        for index in range(rng.randint(1, 4)):
+            if rng.random() < 0.6:
+                position = BLOCK_SIZE * rng.randint(1, 6) if rng.random() < 0.7 else rng.randint(1, 24)
+                output = rng.randint(1, min(5, position))
+                placed.append((f"s{index}", "decode", position + 1 - output, output, 1))
+            else:
+                prompt = rng.randint(2, 30)
+                cached = rng.randint(0, prompt - 2)
+                placed.append((f"s{index}", "prefill", prompt, cached, rng.randint(2, prompt - cached)))
+        cached_blocks = rng.choice((0, 0, rng.randint(1, 4)))
+        pool = cls("", 0, cached_blocks, tuple(placed), rng.random() < 0.5)
+        held = sum(ceil_div(pool.computed(entry), BLOCK_SIZE) for entry in placed) + cached_blocks
+        demand = sum(pool.demand(entry) for entry in placed)
+        oldest = ceil_div(pool.computed(placed[0]) + placed[0][4], BLOCK_SIZE)
+        least = max(held, oldest, 1)  # the oldest alone always fits: it is never the victim of another
+        # Mostly pools that run short (preemption, or eviction when a prompt is cached), some with room.
+        return replace(pool, num_blocks=least + rng.choice((0, 0, 1, rng.randint(0, demand + 1))))
+
+    @staticmethod
+    def computed(entry) -> int:
+        _, kind, prompt, extra, _ = entry
+        return prompt + extra - 1 if kind == "decode" else extra
+
+    def demand(self, entry) -> int:
+        computed = self.computed(entry)
+        return ceil_div(computed + entry[4], BLOCK_SIZE) - ceil_div(computed, BLOCK_SIZE)
+
+    def victims(self) -> list[str]:
+        """The sequences a correct _reserve preempts, in running order."""
+        blocks = {entry[0]: ceil_div(self.computed(entry), BLOCK_SIZE) for entry in self.placed}
+        used = sum(blocks.values()) + self.cached_blocks
+        free, evictable, live, victims = self.num_blocks - used, self.cached_blocks, list(blocks), []
+        for entry in self.placed:
+            sid, need = entry[0], self.demand(entry)
+            while sid in live and need > free:
+                if evictable:
+                    taken = min(evictable, need - free)
+                    free, evictable = free + taken, evictable - taken
+                    continue
+                victim = live.pop()
+                free += blocks[victim]
+                victims.append(victim)
+            if sid in live:
+                free -= need
+                blocks[sid] += need
+        return [sid for sid in blocks if sid in victims]
+
+    def sequences(self) -> list[tuple[Sequence, int, int]]:
+        made = []
+        for index, (sid, kind, prompt, extra, count) in enumerate(self.placed):
+            start = 1 + 64 * index
+            seq = (
+                _decoding(sid, prompt, extra, start=start)
+                if kind == "decode"
+                else _prefilling(sid, prompt, cached=extra, start=start)
+            )
+            made.append((seq, self.computed((sid, kind, prompt, extra, count)), count))
+        return made
+
+    def run(self, classes) -> None:
+        shown = ", ".join(
+            f"{sid!r} "
+            + (
+                f"decoding at position {prompt + extra - 1}"
+                if kind == "decode"
+                else f"prefilling {count} of its {prompt} tokens from position {extra}"
+            )
+            for sid, kind, prompt, extra, count in self.placed
+        )
+        cached = f", {self.cached_blocks} of them holding a cached prompt nobody uses" if self.cached_blocks else ""
+        scenario = self.description or (
+            f"{self.num_blocks} blocks{cached}; running (oldest first): {shown}"
+            + ("; 'w' waits" if self.waiting else "")
+        )
+        expected = self.victims()
+        victims = _reserve_case(
+            classes,
+            scenario,
+            self.num_blocks,
+            _tokens(3000, self.cached_blocks * BLOCK_SIZE) if self.cached_blocks else None,
+            self.sequences(),
+            [_prefilling("w", 5, start=4000)] if self.waiting else [],
+        )
+        if victims != expected:
+            fail(
+                f"{scenario}: preemptions",
+                f"preempted {expected}" + ("" if expected else " (none: reserve, evicting if needed, is enough)"),
+                f"preempted {victims}",
+                "preempt only when reserve raises MemoryError and the prefix cache has nothing left to evict, "
+                "and then the newest running sequence, until the chunk fits",
+            )
+
+
+def _reserve_case(classes, scenario, num_blocks, cached_prompt, placed, waiting) -> list:
+    """Run the learner's _reserve on ``placed`` [(seq, computed, count)]; returns the names preempted."""
+    engine, cache, prefix = _engine(*classes, num_blocks, scenario)
     if cached_prompt:
         _leave_in_prefix_cache(cache, prefix, "earlier", cached_prompt)
     plan = [(_place(engine, seq, computed), count) for seq, computed, count in placed]
-    waiting = [transfer(engine, seq) for seq in waiting]
-    engine.waiting.extend(waiting)
+    engine.waiting.extend(transfer(engine, seq) for seq in waiting)
     running = rules.queue(engine, "running", scenario)
     kept = call_learner("_reserve(plan)", engine._reserve, plan, scenario=scenario)  # watched: applies the rules
     for seq, count in rules.plan_of(kept, "what _reserve returned", scenario):
@@ -327,96 +670,131 @@ def _reserve_case(engine_class, cache_class, prefix_class, scenario, num_blocks,
     return rules.names(victims, scenario)
 
 
+VISIBLE_POOLS = (
+    Pool(
+        "room for everything: 16 blocks, 'a' prefilling 8 of 10 tokens, 'b' decoding at position 6",
+        16,
+        0,
+        (("a", "prefill", 10, 0, 8), ("b", "decode", 5, 2, 1)),
+        False,
+    ),
+    Pool(
+        "out of memory, a cached prompt nobody uses: 6 blocks, 2 of them cached, 'a' decoding at position 16",
+        6,
+        2,
+        (("a", "decode", 12, 5, 1),),
+        False,
+    ),
+    Pool(
+        "out of memory, nothing to evict: 8 blocks; 'a' decodes at 16, 'b' at 6, 'c' (newest) at 7; 'w' waits",
+        8,
+        0,
+        (("a", "decode", 12, 5, 1), ("b", "decode", 5, 2, 1), ("c", "decode", 6, 2, 1)),
+        True,
+    ),
+    Pool(
+        "the newest asks: 8 blocks; 'a' decodes at 16 (4 blocks), 'b' (newest) at 12 (3 blocks); 'w' waits",
+        8,
+        0,
+        (("a", "decode", 12, 5, 1), ("b", "decode", 10, 3, 1)),
+        True,
+    ),
+)
+RESERVE_KINDS = {
+    "a pool drawn with its running sequences, cached prompt and plan": Pool,
+    "a second pool, drawn the same way": Pool,
+    "a third pool, drawn the same way": Pool,
+}
+
+
 @check(notebook=NOTEBOOK, builds="EngineScheduler", partners=PARTNERS)
-def check_engine_reserve(engine_class, cache_class, prefix_cache_class) -> str:
-    """_reserve and _preempt of the learner's EngineScheduler on hand-built pools."""
-    cases = [
-        (
-            "room for everything: 16 blocks, 'a' prefilling 8 of 10 tokens, 'b' decoding at position 6",
-            16,
-            None,
-            [(_prefilling("a", 10), 0, 8), (_decoding("b", 5, 2), 6, 1)],
-            [],
-            [],
-        ),
-        (
-            "out of memory, a cached prompt nobody uses: 6 blocks, 2 of them cached, 'a' decoding at position 16",
-            6,
-            _tokens(100, 8),
-            [(_decoding("a", 12, 5), 16, 1)],
-            [],
-            [],
-        ),
-        (
-            "out of memory, nothing to evict: 8 blocks; 'a' decodes at 16, 'b' at 6, 'c' (newest) at 7; 'w' waits",
-            8,
-            None,
-            [(_decoding("a", 12, 5), 16, 1), (_decoding("b", 5, 2, start=40), 6, 1), (_decoding("c", 6, 2), 7, 1)],
-            [_prefilling("w", 5)],
-            ["c"],
-        ),
-        (
-            "the newest asks: 8 blocks; 'a' decodes at 16 (4 blocks), 'b' (newest) at 12 (3 blocks); 'w' waits",
-            8,
-            None,
-            [(_decoding("a", 12, 5), 16, 1), (_decoding("b", 10, 3, start=40), 12, 1)],
-            [_prefilling("w", 5)],
-            ["b"],
-        ),
-    ]
-    for scenario, num_blocks, cached, placed, waiting, expected in cases:
-        victims = _reserve_case(
-            engine_class, cache_class, prefix_cache_class, scenario, num_blocks, cached, placed, waiting
-        )
-        if victims != expected:
-            fail(
-                f"{scenario}: preemptions",
-                f"preempted {expected}" + ("" if expected else " (none: reserve, evicting if needed, is enough)"),
-                f"preempted {victims}",
-                "preempt only when reserve raises MemoryError and the prefix cache has nothing left to evict, "
-                "and then the newest running sequence, until the chunk fits",
-            )
-    return f"{len(cases)} pools"
+def check_engine_reserve(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False):
+    """_reserve and _preempt of the learner's EngineScheduler on hand-built pools (``hidden=True``:
+    pools, sequences and plans drawn from ``seed``, the expected preemptions worked out from the blocks)."""
+    classes = (engine_class, cache_class, prefix_cache_class)
+    if hidden:
+        _run_hidden(RESERVE_KINDS, seed, classes)
+        return "hidden scenarios"
+    for pool in VISIBLE_POOLS:
+        pool.run(classes)
+    return f"{len(VISIBLE_POOLS)} pools"
 
 
 # ---------------------------------------------------------------- sampling by fork
 
 
-@check(notebook=NOTEBOOK, builds="ContinuousBatchingEngine", partners=PARTNERS)
-def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
-    """_fork_samples of the learner's engine: n - 1 samples sharing the parent's blocks."""
-    n, seed = 3, 5
-    scenario = f"forking a request with n={n}, seed {seed}, whose 10-token prompt was just prefilled"
-    engine, cache, _ = _engine(engine_class, cache_class, prefix_cache_class, 16, scenario)
-    other = _place(engine, _decoding("other", 5, 1, start=60), 5)
-    parent = Sequence("r", "r", _tokens(1, 10), 4, n=n, seed=sample_seed(seed, 0), temperature=1.0)
-    engine.request_seeds["r"] = seed
-    engine.finished_samples["r"] = {}
-    parent = _place(engine, parent, 10)
-    table = rules.tables(cache, scenario)["r"]
-    children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
-    if children is not None:
-        children = learner_list(children, "what _fork_samples returned", scenario, lambda item, _what, _scenario: item)
-    children = children or []
-    running = rules.queue(engine, "running", scenario)
-    if len(children) != n - 1 or not rules.same(running, [other, parent, *children]):
-        fail(
-            f"{scenario}: running after the fork",
-            f"{n - 1} new samples returned and appended to running: ['other', 'r', ...]",
-            f"returned {len(children)}; running {[getattr(seq, 'seq_id', seq) for seq in running]}",
-            "create the samples 1..n-1, append them to self.running (they are the newest) and return them",
+@dataclass(frozen=True)
+class Fork:
+    """_fork_samples on a request of ``n`` samples whose ``prompt``-token prompt was just prefilled,
+    behind ``others`` decoding sequences of other requests."""
+
+    n: int
+    seed: int
+    prompt: int
+    max_new: int
+    temperature: float
+    others: int
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Fork:
+        return cls(
+            rng.randint(2, 6),
+            rng.getrandbits(31),
+            rng.randint(2, 24),
+            rng.randint(1, 8),
+            rng.choice((0.5, 1.0)),
+            rng.randint(0, 2),
         )
-    for index, child in enumerate(children, start=1):
+
+    def run(self, classes) -> None:
+        n, seed, length = self.n, self.seed, self.prompt
+        scenario = f"forking a request with n={n}, seed {seed}, whose {length}-token prompt was just prefilled"
+        engine, cache, _ = _engine(*classes, ceil_div(length, BLOCK_SIZE) + 2 * self.others + 4, scenario)
+        others = [_place(engine, _decoding(f"other{i}", 5, 1, start=60 + 10 * i), 5) for i in range(self.others)]
+        parent = Sequence(
+            "r", "r", _tokens(1, length), self.max_new, n=n, seed=sample_seed(seed, 0), temperature=self.temperature
+        )
+        engine.request_seeds["r"] = seed
+        engine.finished_samples["r"] = {}
+        parent = _place(engine, parent, length)
+        table = rules.tables(cache, scenario)["r"]
+        children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
+        if children is not None:
+            children = learner_list(children, "what _fork_samples returned", scenario, _as_is)
+        children = children or []
+        running = rules.queue(engine, "running", scenario)
+        if len(children) != n - 1 or not rules.same(running, [*others, parent, *children]):
+            fail(
+                f"{scenario}: running after the fork",
+                f"{n - 1} new samples returned and appended to running: {rules.names(others) + ['r']} + the samples",
+                f"returned {len(children)}; running {[getattr(seq, 'seq_id', seq) for seq in running]}",
+                "create the samples 1..n-1, append them to self.running (they are the newest) and return them: "
+                "_advance draws a first token for each sample _fork_samples returns",
+            )
+        for index, child in enumerate(children, start=1):
+            self.expect_sample(scenario, cache, parent, children, index, child, table)
+        pool = rules.pool_refs(cache, scenario)
+        refs = [pool[block] for block in table]
+        forked = rules.fields(parent, ["forked"], scenario)["forked"]
+        if refs != [n] * len(table) or forked is not True:  # "(missing)" is no fork
+            fail(
+                f"{scenario}: the prompt's blocks after the fork",
+                f"reference count {n} on each of {table} (parent + {n - 1} samples), parent.forked True",
+                f"counts {refs}, parent.forked {forked}",
+                "fork each sample once through cache.fork, and mark the parent forked so it is not forked again",
+            )
+
+    def expect_sample(self, scenario, cache, parent, children, index, child, table) -> None:
         expected = dict(
             request_id="r",
-            prompt=parent.prompt,
-            max_new_tokens=4,
-            n=n,
+            prompt=_tokens(1, self.prompt),
+            max_new_tokens=self.max_new,
+            n=self.n,
             sample_index=index,
-            seed=sample_seed(seed, index),
-            temperature=1.0,
+            seed=sample_seed(self.seed, index),
+            temperature=self.temperature,
             output=[],
-            num_cached=10,
+            num_cached=self.prompt,
             forked=True,
         )
         got = rules.fields(child, expected, scenario)
@@ -440,70 +818,101 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class) -> str:
                 "to the same tokens), with a seq_id such as f'{request_id}/{i}'",
             )
         tables, lengths = rules.tables(cache, scenario), rules.lengths(cache, scenario)
-        if tables.get(sid) != table or lengths.get(sid) != 10:
+        if tables.get(sid) != table or lengths.get(sid) != self.prompt:
             fail(
                 f"{scenario}: sample {index} in the cache",
-                f"a fork of 'r': table {table}, length 10",
+                f"a fork of 'r': table {table}, length {self.prompt}",
                 f"table {tables.get(sid)}, length {lengths.get(sid)}",
                 "cache.fork(parent.seq_id, child.seq_id) shares the prompt's blocks: no copy, no recomputation",
             )
-    pool = rules.pool_refs(cache, scenario)
-    refs = [pool[block] for block in table]
-    forked = rules.fields(parent, ["forked"], scenario)["forked"]
-    if refs != [n] * len(table) or forked is not True:  # "(missing)" is no fork
-        fail(
-            f"{scenario}: the prompt's blocks after the fork",
-            f"reference count {n} on each of {table} (parent + {n - 1} samples), parent.forked True",
-            f"counts {refs}, parent.forked {forked}",
-            "fork each sample once through cache.fork, and mark the parent forked so it is not forked again",
-        )
-    _finish_out_of_order(engine_class, cache_class, prefix_cache_class)
-    return f"{n} samples sharing {len(table)} blocks; a request whose samples finish out of order"
 
 
-def _finish_out_of_order(engine_class, cache_class, prefix_cache_class) -> None:
-    """_finish reports a request's samples by sample index, whatever order they finish in.
+def _as_is(item, _what, _scenario):
+    return item
+
+
+@dataclass(frozen=True)
+class FinishOrder:
+    """_finish on the ``n`` samples of one request, finishing one per step in ``order``.
 
     In the notebook's engine a request's samples usually finish together, in index order, so served
-    workloads cannot tell a report in finishing order from one by index: here they finish one per
-    step, sample 2 first."""
-    n, max_new, order = 3, 2, (2, 0, 1)
-    scenario = (
-        f"a request with n={n} whose samples finish in three steps, in the order {list(order)} "
-        "(_finish called once per sample, with that step's `finished` dict)"
-    )
-    engine, _, _ = _engine(engine_class, cache_class, prefix_cache_class, 16, scenario)
-    prompt = _tokens(1, 6)
-    what = f"add_request('s', prompt, {max_new}, n={n}, seed=5, temperature=1.0)"
-    call_learner(what, engine.add_request, "s", prompt, max_new, n, 5, 1.0, scenario=scenario)
-    waiting = rules.queue(engine, "waiting", scenario)
-    parent = waiting[0]
-    engine.waiting.remove(parent)
-    parent = _place(engine, parent, len(prompt))
-    children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
-    samples = [parent, *learner_list(children, "what _fork_samples returned", scenario, lambda item, _w, _s: item)]
-    outputs = [[200 + 10 * index, 201 + 10 * index] for index in range(n)]
-    for sample, tokens in zip(samples, outputs, strict=True):
-        sample.output = list(tokens)  # as if decoded: max_new_tokens each, so each sample is finished
-    reported = []
-    for index in order:
-        finished: dict = {}
-        call_learner(f"_finish(sample {index}, finished)", engine._finish, samples[index], finished, scenario=scenario)
-        reported.append(rules.step_outputs(finished, scenario))
-    expected = [{}, {}, {"s": outputs}]
-    if reported != expected:
-        in_order = [outputs[index] for index in order]
-        bug = (
-            " (reported in the order the samples finished, not by sample index)"
-            if reported[-1] == {"s": in_order}
-            else ""
+    workloads cannot tell a report in finishing order from one by index: here they finish apart.
+    """
+
+    n: int
+    order: tuple[int, ...]
+    max_new: int
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> FinishOrder:
+        n = rng.randint(2, 6)
+        order = list(range(n))
+        while order == sorted(order):
+            rng.shuffle(order)
+        return cls(n, tuple(order), rng.randint(1, 4))
+
+    def run(self, classes) -> None:
+        n, max_new, order = self.n, self.max_new, self.order
+        scenario = (
+            f"a request with n={n} whose samples finish in {n} steps, in the order {list(order)} "
+            "(_finish called once per sample, with that step's `finished` dict)"
         )
-        fail(
-            f"{scenario}: what _finish reported",
-            f"nothing until the last sample finishes, then {{'s': {outputs}}}: the outputs of samples 0, 1, 2, "
-            "in that order",
-            f"step by step: {reported}{bug}",
-            "a request's result lists its samples by sample_index (0 .. n - 1), whatever order they finished in: "
-            "keep each output under its index (finished_samples[request_id][seq.sample_index]) and build the "
-            "list from indices 0 .. n - 1 once all n are in",
-        )
+        engine, _, _ = _engine(*classes, 16 + n, scenario)
+        prompt = _tokens(1, 6)
+        what = f"add_request('s', prompt, {max_new}, n={n}, seed=5, temperature=1.0)"
+        call_learner(what, engine.add_request, "s", prompt, max_new, n, 5, 1.0, scenario=scenario)
+        waiting = rules.queue(engine, "waiting", scenario)
+        parent = waiting[0]
+        engine.waiting.remove(parent)
+        parent = _place(engine, parent, len(prompt))
+        children = call_learner("_fork_samples(parent)", engine._fork_samples, parent, scenario=scenario)
+        samples = [parent, *learner_list(children, "what _fork_samples returned", scenario, _as_is)]
+        outputs = [[200 + 10 * index + step for step in range(max_new)] for index in range(n)]
+        for sample, tokens in zip(samples, outputs, strict=True):
+            sample.output = list(tokens)  # as if decoded: max_new_tokens each, so each sample is finished
+        reported = []
+        for index in order:
+            finished: dict = {}
+            call_learner(
+                f"_finish(sample {index}, finished)", engine._finish, samples[index], finished, scenario=scenario
+            )
+            reported.append(rules.step_outputs(finished, scenario))
+        expected = [{}] * (n - 1) + [{"s": outputs}]
+        if reported != expected:
+            in_order = [outputs[index] for index in order]
+            bug = (
+                " (reported in the order the samples finished, not by sample index)"
+                if reported[-1] == {"s": in_order}
+                else ""
+            )
+            fail(
+                f"{scenario}: what _finish reported",
+                f"nothing until the last sample finishes, then {{'s': {outputs}}}: the outputs of samples "
+                f"0 .. {n - 1}, in that order",
+                f"step by step: {reported}{bug}",
+                "a request's result lists its samples by sample_index (0 .. n - 1), whatever order they finished "
+                "in: keep each output under its index (finished_samples[request_id][seq.sample_index]) and build "
+                "the list from indices 0 .. n - 1 once all n are in",
+            )
+
+
+VISIBLE_FORKS = (Fork(3, 5, 10, 4, 1.0, 1), FinishOrder(3, (2, 0, 1), 2))
+FORK_KINDS = {
+    "forking a request whose prompt was just prefilled": Fork,
+    "a request whose samples finish out of order": FinishOrder,
+}
+
+
+@check(notebook=NOTEBOOK, builds="ContinuousBatchingEngine", partners=PARTNERS)
+def check_engine_fork(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False) -> str:
+    """_fork_samples of the learner's engine: n - 1 samples sharing the parent's blocks, returned; _finish
+    reporting a request's samples by index (``hidden=True``: requests drawn from ``seed``)."""
+    classes = (engine_class, cache_class, prefix_cache_class)
+    if hidden:
+        _run_hidden(FORK_KINDS, seed, classes)
+        return "hidden scenarios"
+    for scenario in VISIBLE_FORKS:
+        scenario.run(classes)
+    fork = VISIBLE_FORKS[0]
+    shared = ceil_div(fork.prompt, BLOCK_SIZE)
+    return f"{fork.n} samples sharing {shared} blocks; a request whose samples finish out of order"
