@@ -6,7 +6,8 @@ its implementations are the definitions the registry says it is handed (``builds
 ``partners``), loaded from ``notebooks/``, and its keyword arguments are those of the notebook's
 hidden-test call, the call whose seed the grader's clean run replaces with a secret 31-bit one
 (``autograde/paged_grading/second_opinion.py``). A seeded check with no hidden call (an optional
-exercise) is swept with ``hidden=True`` if it takes that keyword.
+exercise) is swept with ``hidden=True`` if it takes that keyword. A check with several hidden calls
+is swept with the keyword arguments they all share.
 """
 
 from __future__ import annotations
@@ -93,7 +94,11 @@ def hidden_seeded_calls() -> dict[str, dict[str, Any]]:
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REGISTRY:
                     kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
                     if "seed" in kwargs:
-                        calls[node.func.id] = {k: v for k, v in kwargs.items() if k not in ("seed", "unfinished")}
+                        kwargs = {k: v for k, v in kwargs.items() if k not in ("seed", "unfinished")}
+                        # Several hidden calls of one check (check_engine, one part per cell): swept with
+                        # the keyword arguments they share (all parts), so no call goes unswept.
+                        earlier = calls.get(node.func.id, kwargs)
+                        calls[node.func.id] = {k: v for k, v in kwargs.items() if k in earlier and earlier[k] == v}
     return calls
 
 

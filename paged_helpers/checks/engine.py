@@ -22,19 +22,29 @@ Parts (``parts=``), each a separate graded cell in the notebook (the stage check
                exactly fits the pool is accepted while another runs, and served
   sampling     n = 4 seeded samples: one prefill, n - 1 forks, distinct samples, each equal to
                its solo run with its own seed, and the same seed gives the same samples
+
+Hidden scenarios (``hidden=True``, the grader's seed): each part's workload with its token ids
+relabelled by a permutation of the vocabulary drawn from the seed (``Relabelled``), and the
+sampling request's seed and ``n`` drawn too. A permutation keeps every equality between tokens, so
+every shared prefix, every length, and with them every admission, plan, eviction and preemption are
+those of the visible workload, which any correct engine serves (its decisions depend on lengths and
+on which prefixes are equal, never on token values); the outputs, and so the expected answers, are
+new.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import random
 from collections import Counter
 
+from ..model import tiny_config
 from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build, model
-from .report import CheckFailed, call_learner, check, fail
+from .report import CheckFailed, call_learner, check, fail, run_hidden_scenarios
 from .strict import learner_bool
 
 __all__ = ["check_engine", "PARTS"]
@@ -43,6 +53,32 @@ PARTS = ("batching", "preemption", "rejection", "sampling")
 BLOCK_SIZE = 4
 CHUNK_SIZE = 8
 STEP_TOKENS = 24
+VOCAB = tiny_config().vocab_size  # the model every engine check serves (engine_watch.model)
+
+
+@dataclasses.dataclass(frozen=True)
+class Relabelled:
+    """What a part's scenario draws from the seed: ``relabel[token]`` for every token id of its
+    workload (None: the visible tokens), and the sampling request's seed and number of samples."""
+
+    relabel: tuple[int, ...] | None = None
+    sampling_seed: int = 11
+    samples: int = 4
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Relabelled:
+        permutation = list(range(VOCAB))
+        rng.shuffle(permutation)
+        return cls(tuple(permutation), rng.getrandbits(31), rng.randint(2, 5))
+
+    def tokens(self, ids) -> list[int]:
+        return list(ids) if self.relabel is None else [self.relabel[token] for token in ids]
+
+    def requests(self, requests: list[Request]) -> list[Request]:
+        return [dataclasses.replace(request, prompt=self.tokens(request.prompt)) for request in requests]
+
+
+VISIBLE = Relabelled()
 
 
 def _batching_workload() -> list[Request]:
@@ -157,9 +193,9 @@ def _expect_all_blocks_free(scenario: str, cache, prefix) -> None:
         )
 
 
-def _part_batching(engine_class, cache_class, prefix_class) -> None:
+def _part_batching(engine_class, cache_class, prefix_class, drawn: Relabelled = VISIBLE) -> None:
     scenario = "eight requests, four at step 0 and four at step 6 (chunked prefill, decode batches, shared prefix)"
-    requests = _batching_workload()
+    requests = drawn.requests(_batching_workload())
     watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, 200, watch)
     outputs = _serve(engine, requests, scenario)
@@ -210,10 +246,10 @@ def _preemption_bound(requests: list[Request]) -> int:
     return 2 * len(requests)
 
 
-def _part_preemption(engine_class, cache_class, prefix_class) -> None:
+def _part_preemption(engine_class, cache_class, prefix_class, drawn: Relabelled = VISIBLE) -> None:
     num_blocks = 16
     scenario = f"six requests at once in a pool of {num_blocks} blocks of {BLOCK_SIZE} (memory pressure)"
-    requests = _pressure_workload()
+    requests = drawn.requests(_pressure_workload())
     watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
     outputs = _serve(engine, requests, scenario)
@@ -252,10 +288,10 @@ def _part_preemption(engine_class, cache_class, prefix_class) -> None:
             "call self.metrics.record_preemption(seq) once in each preemption",
         )
     _expect_all_blocks_free(scenario, cache, prefix)
-    _part_eviction(engine_class, cache_class, prefix_class)
+    _part_eviction(engine_class, cache_class, prefix_class, drawn)
 
 
-def _part_eviction(engine_class, cache_class, prefix_class) -> None:
+def _part_eviction(engine_class, cache_class, prefix_class, drawn: Relabelled = VISIBLE) -> None:
     """Only eviction lets the oldest (and only) request continue: preempting it could only repeat."""
     num_blocks = 8
     capacity = num_blocks * BLOCK_SIZE
@@ -263,7 +299,7 @@ def _part_eviction(engine_class, cache_class, prefix_class) -> None:
         f"a pool of {num_blocks} blocks: a finished request's prompt stays cached, then a request of "
         f"exactly {capacity} tokens runs alone"
     )
-    requests = _eviction_workload(capacity)
+    requests = drawn.requests(_eviction_workload(capacity))
     watch = Watch(scenario)
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, watch)
     outputs = _serve(engine, requests, scenario)
@@ -283,12 +319,12 @@ def _part_eviction(engine_class, cache_class, prefix_class) -> None:
     _expect_all_blocks_free(scenario, cache, prefix)
 
 
-def _part_rejection(engine_class, cache_class, prefix_class) -> None:
+def _part_rejection(engine_class, cache_class, prefix_class, drawn: Relabelled = VISIBLE) -> None:
     num_blocks = 8
     capacity = num_blocks * BLOCK_SIZE
     scenario = f"a pool of {num_blocks} blocks of {BLOCK_SIZE} tokens ({capacity} tokens)"
     engine, cache, prefix = _build(engine_class, cache_class, prefix_class, num_blocks, Watch(scenario))
-    too_long = list(range(1, capacity - 2))
+    too_long = drawn.tokens(range(1, capacity - 2))
     try:
         engine.add_request("too_long", too_long, 5)
     except ValueError:
@@ -317,8 +353,8 @@ def _part_rejection(engine_class, cache_class, prefix_class) -> None:
             True,
             "validate before appending the request to the waiting queue",
         )
-    busy = Request("busy", list(range(40, 52)), 4)
-    fits = Request("fits_exactly", list(range(1, capacity - 4)), 5)
+    busy = Request("busy", drawn.tokens(range(40, 52)), 4)
+    fits = Request("fits_exactly", drawn.tokens(range(1, capacity - 4)), 5)
     serving = Serving(engine, [busy], max_steps=2)
     while serving.steps < 2:
         call_learner("engine.step()", serving.step, scenario=scenario)
@@ -358,12 +394,15 @@ def _unfinished(engine, scenario: str) -> bool:
     return learner_bool(answer, "what has_unfinished() returned", scenario)
 
 
-def _part_sampling(engine_class, cache_class, prefix_class) -> None:
-    n, seed, temperature, max_new = 4, 11, 1.0, 6
-    prompt = serving_workload(count=1, prompt_range=(14, 14), shared_prefix_share=0.0, seed=7)[0].prompt
+def _part_sampling(engine_class, cache_class, prefix_class, drawn: Relabelled = VISIBLE) -> None:
+    n, seed, temperature, max_new = drawn.samples, drawn.sampling_seed, 1.0, 6
+    prompt = drawn.tokens(serving_workload(count=1, prompt_range=(14, 14), shared_prefix_share=0.0, seed=7)[0].prompt)
     request = Request("sampled", prompt, max_new)
     scenario = f"one request with n={n} samples, temperature {temperature}, seed {seed}, prompt of {len(prompt)}"
     expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
+    while len({tuple(sample) for sample in expected}) == 1:  # drawn: samples that differ (the check asks it)
+        seed = random.Random(f"sampling/{seed}").getrandbits(31)
+        expected = [_solo((tuple(prompt), max_new, temperature, sample_seed(seed, i))) for i in range(n)]
     runs = []
     for attempt in range(2):
         watch = Watch(scenario)
@@ -430,12 +469,16 @@ def _expect_sampling_structure(scenario, got, expected, prompt, watch: Watch, n:
     builds="ContinuousBatchingEngine",
     partners=(("04_fork_and_copy_on_write", "PagedKVCache"), ("05_prefix_caching", "PrefixCache")),
 )
-def check_engine(engine_class, cache_class, prefix_cache_class, parts=PARTS) -> None:
+def check_engine(
+    engine_class, cache_class, prefix_cache_class, parts=PARTS, *, seed: int = 0, hidden: bool = False
+) -> None:
     """Check the learner's continuous-batching engine on their paged cache and prefix cache.
 
     ``engine_class(model, cache, prefix_cache, chunk_size=..., max_step_tokens=...)`` must offer
     ``add_request``, ``step``, ``has_unfinished``, ``running``, ``metrics`` and ``cache`` (see
     ``paged_helpers.serving.driver``). ``parts`` selects among PARTS (default: all).
+    ``hidden=True`` (the hidden tests) serves each part's workload relabelled as drawn from ``seed``
+    (``Relabelled``) instead of the visible one, and names none of its numbers.
     """
     parts = (parts,) if isinstance(parts, str) else tuple(parts)
     unknown = [p for p in parts if p not in PARTS]
@@ -447,6 +490,20 @@ def check_engine(engine_class, cache_class, prefix_cache_class, parts=PARTS) -> 
         "rejection": _part_rejection,
         "sampling": _part_sampling,
     }
+    classes = (engine_class, cache_class, prefix_cache_class)
     with one_thread():
         for part in parts:
-            runners[part](engine_class, cache_class, prefix_cache_class)
+            if hidden:
+                kind = {f"the {part} workload, its tokens relabelled by the grader's seed": _hidden(runners[part])}
+                run_hidden_scenarios(kind, random.Random(f"{part}/{seed}").getrandbits(31), 1, classes)
+            else:
+                runners[part](*classes)
+
+
+def _hidden(runner):
+    """``runner`` (a part) as a hidden scenario: its workload relabelled as drawn from the rng."""
+
+    def scenario(classes, rng: random.Random) -> None:
+        runner(*classes, Relabelled.draw(rng))
+
+    return scenario

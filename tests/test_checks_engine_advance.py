@@ -1,0 +1,151 @@
+"""check_engine_advance (notebook 08's _advance on its own): the instructor's engine passes, at random
+31-bit seeds too; realistic wrong _advance methods fail with a message naming the bug, in the visible
+call and in the hidden one; the student release says "not implemented yet".
+
+Each wrong _advance is the notebook's method with one mistake (``_advance_with``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import test_checks_engine as wrong_engines
+from test_checks_engine import EARLIER, NOTEBOOK
+
+from paged_helpers.checks import NotImplementedYet, check_engine_advance
+from paged_helpers.serving import sample_token
+
+from conftest import solution
+from student_release import release_definition
+
+
+def _classes():
+    return (
+        solution(NOTEBOOK, "ContinuousBatchingEngine"),
+        solution("04_fork_and_copy_on_write", "PagedKVCache"),
+        solution("05_prefix_caching", "PrefixCache"),
+    )
+
+
+def _advance_with(
+    *,
+    count_decoders=True,
+    remember=True,
+    fork_first=True,
+    own_seed=True,
+    step=lambda sample: len(sample.output),
+    temperature=True,
+    record=True,
+    finish=True,
+    fork_once=True,
+):
+    """The notebook's _advance, with the mistakes the keywords name."""
+
+    def _advance(self, plan, logits):
+        finished = {}
+        for seq, count in plan:
+            if count_decoders or count > 1:
+                seq.num_cached += count
+            if count > 1 and remember:
+                self.prefix_cache.remember(seq.seq_id, seq.tokens[: seq.num_cached])
+            if seq.num_pending:
+                continue
+            samples = [seq]
+            fork = seq.n > 1 and (not seq.forked or not fork_once)
+            if fork and fork_first:
+                samples += self._fork_samples(seq)
+            for sample in samples:
+                seed = sample.seed if own_seed else seq.seed
+                heat = sample.temperature if temperature else 0.0
+                sample.output.append(sample_token(logits[seq.seq_id], heat, seed, step(sample)))
+                if record:
+                    self.metrics.record_token(sample)
+                if sample.is_finished and finish:
+                    self._finish(sample, finished)
+            if fork and not fork_first:
+                self._fork_samples(seq)
+        return finished
+
+    return _advance
+
+
+WRONG = {
+    "samples_mid_prompt": (wrong_engines._advance_sampling_every_chunk, ["in the middle of its prompt", "num_pending"]),
+    "never_remembers": (_advance_with(remember=False), ["prefix cache after", "prefix_cache.remember"]),
+    "counts_prefill_chunks_only": (_advance_with(count_decoders=False), ["num_cached of", "decoders included"]),
+    "forks_after_sampling": (_advance_with(fork_first=False), ["forked in this step", "fork first"]),
+    "samples_with_the_parents_seed": (_advance_with(own_seed=False), ["the parent's draw", "its own seed"]),
+    "step_always_zero": (_advance_with(step=lambda sample: 0), ["the token of step 0", "len(sample.output)"]),
+    "ignores_temperature": (_advance_with(temperature=False), ["the argmax", "temperature"]),
+    "tokens_not_recorded": (_advance_with(record=False), ["metrics.tokens_generated", "record_token"]),
+    "never_finishes": (_advance_with(finish=False), ["reached max_new_tokens", "self._finish(sample, finished)"]),
+    "forks_twice": (_advance_with(fork_once=False), ["forked=True", "a request is forked once"]),
+}
+
+
+def test_right_advance_passes():
+    check_engine_advance(*_classes())
+
+
+def test_another_correct_advance_passes():
+    """The same rules in another order (forks made in a first pass, tokens drawn in a second)."""
+
+    def _advance(self, plan, logits):
+        finished, drawing = {}, []
+        for seq, count in plan:
+            seq.num_cached += count
+            if count > 1:
+                self.prefix_cache.remember(seq.seq_id, list(seq.prompt + seq.output)[: seq.num_cached])
+            if seq.num_pending == 0:
+                forked = self._fork_samples(seq) if seq.n > 1 and not seq.forked else []
+                drawing += [(seq.seq_id, sample) for sample in [seq, *forked]]
+        for parent, sample in drawing:
+            token = sample_token(logits[parent], sample.temperature, sample.seed, len(sample.output))
+            sample.output = sample.output + [token]
+            self.metrics.record_token(sample)
+        for _, sample in drawing:
+            if sample.is_finished:
+                self._finish(sample, finished)
+        return finished
+
+    engine, cache, prefix = _classes()
+    other = type("two_passes", (engine,), dict(_advance=_advance))
+    check_engine_advance(other, cache, prefix)
+    for seed in (random.getrandbits(31) for _ in range(20)):
+        check_engine_advance(other, cache, prefix, seed=seed, hidden=True)
+
+
+def test_right_advance_passes_hidden_scenarios_at_random_seeds():
+    for seed in (random.getrandbits(31) for _ in range(50)):
+        check_engine_advance(*_classes(), seed=seed, hidden=True)
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_check_names_the_bug(bug, failing_message):
+    method, words = WRONG[bug]
+    engine, cache, prefix = _classes()
+    wrong = type(bug, (engine,), dict(_advance=method))
+    message = failing_message(check_engine_advance, wrong, cache, prefix)
+    for word in words:
+        assert word in message, f"{bug}: {word!r} not in\n{message}"
+    assert "expected:" in message and "hint:" in message
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_hidden_call_fails_the_bug_without_numbers(bug, failing_message):
+    """The hidden call (the grader's seed) fails each wrong _advance too, and its message shows the hint,
+    not the drawn scenario."""
+    method, _ = WRONG[bug]
+    engine, cache, prefix = _classes()
+    wrong = type(bug, (engine,), dict(_advance=method))
+    message = failing_message(lambda *impl: check_engine_advance(*impl, seed=987654321, hidden=True), wrong, cache, prefix)
+    assert "a hidden scenario failed" in message and "hint:" in message, message
+    assert "expected:" not in message, message
+
+
+def test_release_says_not_implemented_yet(tmp_path):
+    released = release_definition(tmp_path, NOTEBOOK, "ContinuousBatchingEngine", finished=EARLIER)
+    _, cache, prefix = _classes()
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        check_engine_advance(released, cache, prefix)
