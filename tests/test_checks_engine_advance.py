@@ -139,7 +139,9 @@ def test_hidden_call_fails_the_bug_without_numbers(bug, failing_message):
     method, _ = WRONG[bug]
     engine, cache, prefix = _classes()
     wrong = type(bug, (engine,), dict(_advance=method))
-    message = failing_message(lambda *impl: check_engine_advance(*impl, seed=987654321, hidden=True), wrong, cache, prefix)
+    message = failing_message(
+        lambda *impl: check_engine_advance(*impl, seed=987654321, hidden=True), wrong, cache, prefix
+    )
     assert "a hidden scenario failed" in message and "hint:" in message, message
     assert "expected:" not in message, message
 

@@ -166,6 +166,7 @@ ACROSS = [
     ("08_continuous_batching", "check_engine_plan", ["EnginePlanner", "PagedKVCache", "PrefixCache"]),
     ("08_continuous_batching", "check_engine_reserve", ["EngineScheduler", "PagedKVCache", "PrefixCache"]),
     ("08_continuous_batching", "check_engine_fork", ["ContinuousBatchingEngine", "PagedKVCache", "PrefixCache"]),
+    ("08_continuous_batching", "check_engine_advance", ["ContinuousBatchingEngine", "PagedKVCache", "PrefixCache"]),
     ("08_continuous_batching", "check_engine", ["ContinuousBatchingEngine", "PagedKVCache", "PrefixCache"]),
     ("09_paged_prefill_kernel", "check_paged_prefill", ["paged_prefill_attention"]),
     (

@@ -356,8 +356,10 @@ ADVANCE_KINDS = {
 
 @check(notebook=NOTEBOOK, builds="ContinuousBatchingEngine", partners=PARTNERS)
 def check_engine_advance(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False):
-    """_advance of the learner's engine after a forward pass: counts, tokens, forks, finishes, published blocks
-    (``hidden=True``: steps drawn from ``seed``, messages without their numbers)."""
+    """_advance of the learner's engine after a forward pass: counts, tokens, forks, finishes, published blocks.
+
+    ``hidden=True`` (the hidden tests): steps drawn from ``seed``, messages without their numbers.
+    """
     classes = (engine_class, cache_class, prefix_cache_class)
     if hidden:
         runners = {

@@ -508,8 +508,10 @@ PLAN_KINDS = {
 
 @check(notebook=NOTEBOOK, builds="EnginePlanner", partners=PARTNERS)
 def check_engine_plan(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False) -> str:
-    """_plan of the learner's EnginePlanner on hand-built running batches (``hidden=True``: batches,
-    chunk sizes and budgets drawn from ``seed``)."""
+    """_plan of the learner's EnginePlanner on hand-built running batches.
+
+    ``hidden=True`` (the hidden tests): batches, chunk sizes and budgets drawn from ``seed``.
+    """
     classes = (engine_class, cache_class, prefix_cache_class)
     if hidden:
         _run_hidden(PLAN_KINDS, seed, classes)
@@ -709,8 +711,11 @@ RESERVE_KINDS = {
 
 @check(notebook=NOTEBOOK, builds="EngineScheduler", partners=PARTNERS)
 def check_engine_reserve(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False):
-    """_reserve and _preempt of the learner's EngineScheduler on hand-built pools (``hidden=True``:
-    pools, sequences and plans drawn from ``seed``, the expected preemptions worked out from the blocks)."""
+    """_reserve and _preempt of the learner's EngineScheduler on hand-built pools.
+
+    ``hidden=True`` (the hidden tests): pools, sequences and plans drawn from ``seed``, the expected
+    preemptions worked out from the blocks (``Pool.victims``).
+    """
     classes = (engine_class, cache_class, prefix_cache_class)
     if hidden:
         _run_hidden(RESERVE_KINDS, seed, classes)
@@ -906,7 +911,10 @@ FORK_KINDS = {
 @check(notebook=NOTEBOOK, builds="ContinuousBatchingEngine", partners=PARTNERS)
 def check_engine_fork(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False) -> str:
     """_fork_samples of the learner's engine: n - 1 samples sharing the parent's blocks, returned; _finish
-    reporting a request's samples by index (``hidden=True``: requests drawn from ``seed``)."""
+    reporting a request's samples by index.
+
+    ``hidden=True`` (the hidden tests): requests, seeds and finishing orders drawn from ``seed``.
+    """
     classes = (engine_class, cache_class, prefix_cache_class)
     if hidden:
         _run_hidden(FORK_KINDS, seed, classes)
