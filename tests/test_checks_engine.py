@@ -638,3 +638,58 @@ def test_an_engine_that_swaps_in_a_cache_of_its_own_is_refused(right, failing_me
     swapping = type("swapping", (engine,), {"__init__": __init__})
     message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), swapping, cache, prefix)
     assert "engine.cache and engine.prefix_cache" in message and "another object in their place" in message, message
+
+
+# ---------------------------------------------------------------- issue 24: the hidden scenarios
+
+
+def test_relabelling_keeps_every_shared_prefix():
+    """The hidden workloads are the visible ones with token ids permuted: a prompt is never a strict prefix
+    of another (so output tokens, which the permutation does not map, can never complete another's key),
+    and two prompts share a prefix exactly as long before and after."""
+    import random
+
+    from paged_helpers.checks import engine as engine_check
+
+    workloads = [
+        engine_check._batching_workload(),
+        engine_check._pressure_workload(),
+        engine_check._eviction_workload(8 * engine_check.BLOCK_SIZE),
+    ]
+    drawn = engine_check.Relabelled.draw(random.Random(5))
+    assert sorted(drawn.relabel) == list(range(engine_check.VOCAB))
+    for requests in workloads:
+        prompts = [r.prompt for r in requests]
+        for a in prompts:
+            for b in prompts:
+                if a is not b:
+                    assert not (len(a) < len(b) and b[: len(a)] == a)
+        relabelled = [r.prompt for r in drawn.requests(requests)]
+        for (a, b), (x, y) in zip(
+            [(a, b) for a in prompts for b in prompts], [(x, y) for x in relabelled for y in relabelled], strict=True
+        ):
+            shared = next((i for i, (s, t) in enumerate(zip(a, b, strict=False)) if s != t), min(len(a), len(b)))
+            assert x[:shared] == y[:shared] and (shared == min(len(a), len(b)) or x[shared] != y[shared])
+
+
+@pytest.mark.parametrize("part", ["batching", "preemption", "rejection", "sampling"])
+def test_right_engine_passes_hidden_parts(part, right):
+    import random
+
+    for seed in (random.getrandbits(31) for _ in range(3)):
+        check_engine(*right, parts=part, seed=seed, hidden=True)
+
+
+HIDDEN_BUGS = ["samples_mid_prompt", "preempts_oldest", "accepts_impossible_request", "samples_share_one_seed"]
+
+
+@pytest.mark.parametrize("bug", HIDDEN_BUGS)
+def test_hidden_parts_fail_wrong_engines_without_numbers(bug, right, failing_message):
+    engine, cache, prefix = right
+    wrong = type(bug, (engine,), WRONG[bug])
+    part, _ = MESSAGES[bug]
+    message = failing_message(
+        lambda *impl: check_engine(*impl, parts=part, seed=1_234_567_891, hidden=True), wrong, cache, prefix
+    )
+    assert "a hidden scenario failed" in message and f"the {part} workload" in message, message
+    assert "expected:" not in message, message

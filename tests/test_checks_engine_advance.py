@@ -133,15 +133,14 @@ def test_check_names_the_bug(bug, failing_message):
 
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
-def test_hidden_call_fails_the_bug_without_numbers(bug, failing_message):
-    """The hidden call (the grader's seed) fails each wrong _advance too, and its message shows the hint,
-    not the drawn scenario."""
+@pytest.mark.parametrize("seed", (1, 2026, 987654321, 2**31 - 1))
+def test_hidden_call_fails_the_bug_without_numbers(bug, seed, failing_message):
+    """The hidden call (the grader's seed) fails each wrong _advance too, whatever the seed (each hidden
+    step holds every kind of chunk), and its message shows the hint, not the drawn scenario."""
     method, _ = WRONG[bug]
     engine, cache, prefix = _classes()
     wrong = type(bug, (engine,), dict(_advance=method))
-    message = failing_message(
-        lambda *impl: check_engine_advance(*impl, seed=987654321, hidden=True), wrong, cache, prefix
-    )
+    message = failing_message(lambda *impl: check_engine_advance(*impl, seed=seed, hidden=True), wrong, cache, prefix)
     assert "a hidden scenario failed" in message and "hint:" in message, message
     assert "expected:" not in message, message
 

@@ -341,3 +341,40 @@ def test_too_small_a_spare_is_named_with_its_count(failing_message):
     stage = type("no_spare", (solution(NOTEBOOK, "EngineAdmission"),), dict(_admit=_admit_keeping_spare(lambda _: 0)))
     message = failing_message(check_engine_admission, stage, *_partners())
     assert "kept spare (1 of its 100 blocks, rounded down; rounding up is accepted too)" in message, message
+
+
+# --------------------------------------------------------------------------- issue 24: the hidden scenarios
+
+HIDDEN_SEEDS = (1, 2026, 1_234_567_891, 2**31 - 1)
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_right_stage_passes_hidden_scenarios_at_random_seeds(stage):
+    import random
+
+    check, name = STAGES[stage]
+    for seed in [random.getrandbits(31) for _ in range(30)]:
+        check(solution(NOTEBOOK, name), *_partners(), seed=seed, hidden=True)
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+@pytest.mark.parametrize("seed", HIDDEN_SEEDS)
+def test_hidden_call_fails_every_wrong_stage(bug, seed, failing_message):
+    """The hidden call catches each wrong stage whatever the seed (each hidden kind is drawn so that the
+    mistake shows: a queue where the room rule decides, a pool where someone must be preempted, a
+    batch where every planning mistake plans otherwise), and its message shows the hint, no numbers."""
+    stage, methods, _ = WRONG[bug]
+    check, name = STAGES[stage]
+    wrong = type(bug, (solution(NOTEBOOK, name),), methods)
+    message = failing_message(lambda *impl: check(*impl, seed=seed, hidden=True), wrong, *_partners())
+    assert "a hidden scenario failed" in message and "hint:" in message, message
+    assert "expected:" not in message, message
+
+
+def test_the_visible_scenarios_keep_their_answers():
+    """The visible scenarios' expected answers, worked out from their blocks, are the ones the notebook
+    describes."""
+    from paged_helpers.checks import engine_stages
+
+    assert engine_stages.VISIBLE_QUEUE.expected(0) == engine_stages.VISIBLE_QUEUE.expected(1) == ("a", "b")
+    assert [pool.victims() for pool in engine_stages.VISIBLE_POOLS] == [[], [], ["c"], ["b"]]

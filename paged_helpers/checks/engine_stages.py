@@ -224,6 +224,9 @@ def _split(rng: random.Random, total: int) -> tuple[int, int]:
     return total - max_new, max_new
 
 
+QUEUE_MAX_NEW = 3  # max_new_tokens of every request in a Queue (admission counts known tokens only)
+
+
 @dataclass(frozen=True)
 class Queue:
     """_admit on a queue behind a prompt of ``cached_blocks`` blocks left in the prefix cache.
@@ -251,8 +254,15 @@ class Queue:
             requests = tuple((f"r{i}", shares, rng.randint(1, 6 * BLOCK_SIZE)) for i, shares in enumerate(kinds))
             queue = cls(rng.randint(8, 40), cached, shared, requests)
             answers = {queue.expected(spare) for spare in (0, 1)}
-            if len(answers) == 1 and queue.interesting():
+            if len(answers) == 1 and queue.interesting() and queue.each_fits():
                 return queue
+
+    def each_fits(self) -> bool:
+        """add_request accepts every request: each fits the pool alone."""
+        return all(
+            ceil_div(len(self.prompt(shares, new, 0)) + QUEUE_MAX_NEW, BLOCK_SIZE) <= self.num_blocks
+            for _, shares, new in self.requests
+        )
 
     def prompt(self, shares: bool, new: int, start: int) -> list[int]:
         opening = _tokens(100, self.shared_blocks * BLOCK_SIZE) if shares else []
@@ -281,11 +291,17 @@ class Queue:
         return tuple(request_id for request_id, *_ in (tried if fits else tried[:-1]))
 
     def interesting(self) -> bool:
-        """Somebody waits, and some admission is possible only by evicting cached blocks."""
+        """A queue on which the classic mistakes answer differently: some admission is possible only by
+        evicting cached blocks; the first request left waiting reuses cached blocks (so counting its hits
+        before the room check shows); and without the running prefills' blocks it would be admitted."""
         tried, admitted = self.decisions(0), self.expected(0)
-        free = self.num_blocks - self.cached_blocks
+        free, room = self.num_blocks - self.cached_blocks, self.num_blocks - self.shared_blocks
         evicts = any(promised + own > free for _, own, promised, _ in tried[1 : len(admitted)])
-        return len(admitted) < len(self.requests) and evicts and len(admitted) > 1
+        if not (1 < len(admitted) < len(self.requests)) or not evicts:
+            return False
+        refused, own, promised, _ = tried[len(admitted)]
+        shares = {request_id: shares for request_id, shares, _ in self.requests}[refused]
+        return shares and promised > 0 and own + 1 <= room
 
     def run(self, classes) -> None:
         opening = f"the first {self.shared_blocks * BLOCK_SIZE} cached tokens + "
@@ -299,7 +315,8 @@ class Queue:
         engine, cache, prefix = _engine(*classes, self.num_blocks, scenario)
         _leave_in_prefix_cache(cache, prefix, "earlier", _tokens(100, self.cached_blocks * BLOCK_SIZE))
         for number, (request_id, shares, new) in enumerate(self.requests):
-            _expect_accepted(engine, scenario, request_id, self.prompt(shares, new, 200 + 100 * number), 3)
+            prompt = self.prompt(shares, new, 200 + 100 * number)
+            _expect_accepted(engine, scenario, request_id, prompt, QUEUE_MAX_NEW)
         call_learner("_admit()", engine._admit, scenario=scenario)  # the watched _admit applies the rules
         admitted = rules.names(rules.queue(engine, "running", scenario), scenario)
         expected = list(self.expected(0))
@@ -328,12 +345,17 @@ class Idle:
 
     num_blocks: int
     cached_blocks: int
-    max_new: int
+    max_new: int  # the prompt is the rest of the pool's tokens
 
     @classmethod
     def draw(cls, rng: random.Random) -> Idle:
-        num_blocks = rng.randint(8, 150)
-        return cls(num_blocks, rng.randint(1, min(6, num_blocks - 1)), rng.randint(1, 2 * BLOCK_SIZE))
+        # At least 100 blocks: a spare of 1% is then at least one block, so only the rule "admit when
+        # idle" admits a request of the whole pool (an idle engine has every block free or evictable).
+        # The prompt alone needs more than the pool less its spare (the room rule counts known tokens).
+        num_blocks = rng.randint(100, 400)
+        blocks = num_blocks - rng.randint(0, num_blocks // 100 - 1)
+        prompt = blocks * BLOCK_SIZE - rng.randint(1 if blocks == num_blocks else 0, BLOCK_SIZE - 1)
+        return cls(num_blocks, rng.randint(1, 6), num_blocks * BLOCK_SIZE - prompt)
 
     def run(self, classes) -> None:
         capacity = self.num_blocks * BLOCK_SIZE
@@ -393,10 +415,10 @@ VISIBLE_ADMISSION = (
     Spare(100, 200, 200),
 )
 ADMISSION_KINDS = {
-    "the front door: a request too long for the pool, one of exactly the pool, one that fits later": FrontDoor,
-    "a queue behind a cached prompt: admission in order, eviction, the first that does not fit": Queue,
-    "an idle engine admitting a request of the whole pool": Idle,
-    "two prompts that fill the pool but leave less than its 1% spare": Spare,
+    "the front door: a request too long for the pool, one of exactly the pool, one that fits later": FrontDoor.draw,
+    "a queue behind a cached prompt: admission in order, eviction, the first that does not fit": Queue.draw,
+    "an idle engine admitting a request of the whole pool": Idle.draw,
+    "two prompts that fill the pool but leave less than its 1% spare": Spare.draw,
 }
 
 
@@ -417,14 +439,14 @@ def check_engine_admission(engine_class, cache_class, prefix_cache_class, *, see
 
 
 def _run_hidden(kinds: dict, seed: int, classes: tuple) -> None:
-    """Every kind of ``kinds`` (description -> a scenario class with ``draw(rng)`` and ``run(classes)``),
-    drawn from ``seed``: the hidden tests' scenarios, whose numbers the messages do not show."""
-    runners = {description: functools.partial(_draw_and_run, kind) for description, kind in kinds.items()}
+    """Every kind of ``kinds`` (description -> ``draw(rng)``, a scenario with ``run(classes)``), drawn
+    from ``seed``: the hidden tests' scenarios, whose numbers the messages do not show."""
+    runners = {description: functools.partial(_draw_and_run, draw) for description, draw in kinds.items()}
     run_hidden_scenarios(runners, seed, len(runners), classes)
 
 
-def _draw_and_run(kind, classes: tuple, rng: random.Random) -> None:
-    kind.draw(rng).run(classes)
+def _draw_and_run(draw, classes: tuple, rng: random.Random) -> None:
+    draw(rng).run(classes)
 
 
 # ---------------------------------------------------------------- planning a step
@@ -446,6 +468,14 @@ class Batch:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Batch:
+        """A batch on which each classic planning mistake plans otherwise (``telling``)."""
+        while True:
+            batch = cls._draw(rng)
+            if batch.telling():
+                return batch
+
+    @classmethod
+    def _draw(cls, rng: random.Random) -> Batch:
         sequences = []
         for _ in range(rng.randint(2, 8)):
             kind = rng.choice(("decode", "decode", "prefill", "prefill", "back"))
@@ -453,6 +483,37 @@ class Batch:
             extra = {"decode": rng.randint(1, 6), "prefill": rng.randint(0, prompt - 2), "back": rng.randint(1, 6)}
             sequences.append((kind, prompt, extra[kind]))
         return cls("a running batch", tuple(sequences), rng.randint(1, 16), rng.randint(1, 48))
+
+    def pending(self) -> list[int]:
+        return [
+            1 if kind == "decode" else prompt - extra if kind == "prefill" else prompt + extra
+            for kind, prompt, extra in self.sequences
+        ]
+
+    def counts(self, oldest_first=True, chunks=True, budget=True, decoders_first=True) -> list[int]:
+        """Tokens per sequence as the rules plan them, or with the named rule left out."""
+        pending, counts = self.pending(), [0] * len(self.sequences)
+        left = self.max_step_tokens if budget else 10**9
+        if decoders_first:
+            for i, p in enumerate(pending):
+                if p == 1:
+                    counts[i], left = 1, left - 1
+        order = range(len(pending)) if oldest_first else reversed(range(len(pending)))
+        for i in order:
+            if pending[i] > 1 and left > 0:
+                counts[i] = min(self.chunk_size if chunks else 10**9, pending[i], left)
+                left -= counts[i]
+        if not decoders_first:
+            for i, p in enumerate(pending):
+                if p == 1 and left > 0:
+                    counts[i], left = 1, left - 1
+        return counts
+
+    def telling(self) -> bool:
+        """Newest-first, no chunk size, no budget, prefills before decoders: each plans otherwise here."""
+        right = self.counts()
+        wrong = [dict(oldest_first=False), dict(chunks=False), dict(budget=False), dict(decoders_first=False)]
+        return all(self.counts(**mistake) != right for mistake in wrong)
 
     def running(self) -> list[Sequence]:
         made = []
@@ -501,8 +562,8 @@ VISIBLE_BATCHES = (
     ),
 )
 PLAN_KINDS = {
-    "a running batch of decoders, prefills and readmitted sequences": Batch,
-    "another running batch, with its own chunk size and budget": Batch,
+    "a running batch of decoders, prefills and readmitted sequences": Batch.draw,
+    "another running batch, with its own chunk size and budget": Batch.draw,
 }
 
 
@@ -543,7 +604,23 @@ class Pool:
     waiting: bool
 
     @classmethod
-    def draw(cls, rng: random.Random) -> Pool:
+    def draw(cls, rng: random.Random, want: str = "") -> Pool:
+        """A pool drawn with its sequences; ``want``: "room" (every chunk fits), "evict" (eviction is
+        enough), "preempt" (two or more running, someone preempted), or "" (anything)."""
+        while True:
+            pool = cls._draw(rng)
+            victims, demand = pool.victims(), sum(pool.demand(entry) for entry in pool.placed)
+            short = demand > pool.num_blocks - pool.used()
+            outcome = "preempt" if victims else "evict" if short else "room"
+            if not want or (outcome == want and (want != "preempt" or len(pool.placed) > 1)):
+                # Someone waits behind a preemption: the victim must go in front of it.
+                return replace(pool, waiting=True) if want == "preempt" else pool
+
+    def used(self) -> int:
+        return sum(ceil_div(self.computed(entry), BLOCK_SIZE) for entry in self.placed) + self.cached_blocks
+
+    @classmethod
+    def _draw(cls, rng: random.Random) -> Pool:
         placed = []
         for index in range(rng.randint(1, 4)):
             if rng.random() < 0.6:
@@ -575,7 +652,7 @@ class Pool:
     def victims(self) -> list[str]:
         """The sequences a correct _reserve preempts, in running order."""
         blocks = {entry[0]: ceil_div(self.computed(entry), BLOCK_SIZE) for entry in self.placed}
-        used = sum(blocks.values()) + self.cached_blocks
+        used = self.used()
         free, evictable, live, victims = self.num_blocks - used, self.cached_blocks, list(blocks), []
         for entry in self.placed:
             sid, need = entry[0], self.demand(entry)
@@ -703,9 +780,11 @@ VISIBLE_POOLS = (
     ),
 )
 RESERVE_KINDS = {
-    "a pool drawn with its running sequences, cached prompt and plan": Pool,
-    "a second pool, drawn the same way": Pool,
-    "a third pool, drawn the same way": Pool,
+    "a pool with room for every planned chunk": functools.partial(Pool.draw, want="room"),
+    "a pool that runs short, where evicting the cached prompt is enough": functools.partial(Pool.draw, want="evict"),
+    "a pool that runs short with several sequences running: someone is preempted": functools.partial(
+        Pool.draw, want="preempt"
+    ),
 }
 
 
@@ -903,8 +982,8 @@ class FinishOrder:
 
 VISIBLE_FORKS = (Fork(3, 5, 10, 4, 1.0, 1), FinishOrder(3, (2, 0, 1), 2))
 FORK_KINDS = {
-    "forking a request whose prompt was just prefilled": Fork,
-    "a request whose samples finish out of order": FinishOrder,
+    "forking a request whose prompt was just prefilled": Fork.draw,
+    "a request whose samples finish out of order": FinishOrder.draw,
 }
 
 
