@@ -40,7 +40,7 @@ def load_back_reusing_the_victims_block(self, slots):
     """Short of free blocks, it "recycles" the least recently used leaf's last block in place,
     without taking the leaf out of the tree."""
     blocks = []
-    for slot in slots:
+    for _ in slots:
         if self.allocator.num_free:
             blocks.append(self.allocator.allocate())
             continue
@@ -50,7 +50,7 @@ def load_back_reusing_the_victims_block(self, slots):
             blocks.append(self.allocator.allocate())
         else:
             blocks.append(leaf.blocks[-1])
-    for slot, block in zip(slots, blocks):
+    for slot, block in zip(slots, blocks, strict=True):
         _copy(self, _host(self), slot, _gpu(self), block)
     for slot in slots:
         self.host.release(slot)
@@ -71,7 +71,7 @@ def make_evict(offload_blocks):
             if leaf is None:
                 return
             keys = self.block_keys(self.path_tokens(leaf))[-len(leaf.blocks) :]
-            for key, block in offload_blocks(self, list(zip(keys, leaf.blocks))):
+            for key, block in offload_blocks(self, list(zip(keys, leaf.blocks, strict=True))):
                 self.offload(key, block)
             del leaf.parent.children[leaf.tokens[: self.block_size]]
             for block in leaf.blocks:
@@ -112,7 +112,7 @@ def offload_keys_only(self, key, block):
 def load_back_keeping_pins(self, slots):
     self.evict(len(slots))
     blocks = [self.allocator.allocate() for _ in slots]
-    for slot, block in zip(slots, blocks):
+    for slot, block in zip(slots, blocks, strict=True):
         _copy(self, _host(self), slot, _gpu(self), block)
     return blocks
 

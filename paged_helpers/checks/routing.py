@@ -32,9 +32,7 @@ LEADING_HINT = (
     "replica does not hold"
 )
 STORED_HINT = "a 'stored' event adds its keys to what the replica holds (the router knows nothing else)"
-COST_HINT = (
-    "cost = overlap_weight x (the request's blocks - its overlap on the replica) + decode_blocks[replica]"
-)
+COST_HINT = "cost = overlap_weight x (the request's blocks - its overlap on the replica) + decode_blocks[replica]"
 CHOOSE_HINT = "choose returns the replica of lowest cost; among equal costs, the lowest replica index"
 
 
@@ -64,16 +62,24 @@ def _prompts(rng: random.Random, count: int, vocab: int, longest: int) -> list[l
     """Prompts sharing prefixes: a few stems, each prompt a stem plus its own blocks."""
     stems = [[rng.randrange(vocab) for _ in range(BLOCK * rng.randint(1, 3))] for _ in range(3)]
     return [
-        rng.choice(stems) + [rng.randrange(vocab) for _ in range(BLOCK * rng.randint(1, longest))]
-        for _ in range(count)
+        rng.choice(stems) + [rng.randrange(vocab) for _ in range(BLOCK * rng.randint(1, longest))] for _ in range(count)
     ]
 
 
 def _run_stream(
-    Router: Any, rng: random.Random, *, replicas: int, events: int, weight: float, longest: int, name: str  # noqa: N803
+    Router: Any,
+    rng: random.Random,
+    *,
+    replicas: int,
+    events: int,
+    weight: float,
+    longest: int,
+    name: str,  # noqa: N803
 ) -> int:
     scenario = f"{name} ({replicas} replicas, overlap_weight {weight})"
-    router = call_learner(f"CacheAwareRouter({replicas}, overlap_weight={weight})", Router, replicas, weight, scenario=scenario)
+    router = call_learner(
+        f"CacheAwareRouter({replicas}, overlap_weight={weight})", Router, replicas, weight, scenario=scenario
+    )
     account = _Replicas(replicas)
     prompts = _prompts(rng, 8, 6, longest)
     asked = 0
@@ -93,7 +99,9 @@ def _run_stream(
             account.held[replica].update(keys)
             account.ever[replica].update(keys)
         history.append(f"replica {replica} {kind} {len(keys)} block(s)")
-        call_learner(f"on_event({replica}, {kind!r}, keys)", router.on_event, replica, kind, list(keys), scenario=scenario)
+        call_learner(
+            f"on_event({replica}, {kind!r}, keys)", router.on_event, replica, kind, list(keys), scenario=scenario
+        )
         where = f"{scenario}, after event {step + 1} ({'; '.join(history[-3:])})"
         for prompt in rng.sample(prompts, 3):
             keys = _chain(prompt)
@@ -120,7 +128,9 @@ def _run_stream(
                     )
                 want = weight * (len(keys) - expected) + decode[r]
                 cost = learner_float(
-                    call_learner(f"cost({r}, keys, {decode})", router.cost, r, list(keys), list(decode), scenario=where),
+                    call_learner(
+                        f"cost({r}, keys, {decode})", router.cost, r, list(keys), list(decode), scenario=where
+                    ),
                     f"cost({r}, keys, decode_blocks)",
                     where,
                 )
@@ -152,8 +162,13 @@ def _run_stream(
 def _hidden(replicas: tuple[int, int], weights: tuple[float, ...], longest: int, name: str):
     def scenario(Router: Any, rng: random.Random) -> None:  # noqa: N803
         _run_stream(
-            Router, rng, replicas=rng.randint(*replicas), events=rng.randint(20, 40),
-            weight=rng.choice(weights), longest=longest, name=name,
+            Router,
+            rng,
+            replicas=rng.randint(*replicas),
+            events=rng.randint(20, 40),
+            weight=rng.choice(weights),
+            longest=longest,
+            name=name,
         )
 
     return scenario

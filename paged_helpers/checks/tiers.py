@@ -137,7 +137,9 @@ class _Server:
     # --- one request ------------------------------------------------------------------------------
     def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
         where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
-        node, blocks = call_learner(f"match({name} without its last token)", self.tiered.match, prompt[:-1], scenario=where)
+        node, blocks = call_learner(
+            f"match({name} without its last token)", self.tiered.match, prompt[:-1], scenario=where
+        )
         blocks = learner_int_list(blocks, "the blocks match returned", where)
         self._expect_holds(blocks, prompt, "match's block", where)
         call_learner(f"lock(node of {name}'s match)", self.tiered.lock, node, scenario=where)
@@ -189,7 +191,9 @@ class _Server:
         self.tokens[seq] = list(prompt[:reused])
         self._expect_tiers(f"{where}, after load_back")
         self._reserve(seq, len(prompt) - reused, where)
-        self._forward(seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused")
+        self._forward(
+            seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
+        )
         table, pools = self._table(seq, where), self._gpu_pools(where)
         for index in range(reused // BLOCK, len(prompt) // BLOCK):
             self.record[tuple(prompt[: (index + 1) * BLOCK])] = pools[:, table[index]].clone()
@@ -232,7 +236,9 @@ class _Server:
         try:
             self.cache.reserve(seq, tokens)
         except MemoryError:
-            to_add = call_learner(f"blocks_to_add({seq!r}, {tokens})", self.cache.blocks_to_add, seq, tokens, scenario=where)
+            to_add = call_learner(
+                f"blocks_to_add({seq!r}, {tokens})", self.cache.blocks_to_add, seq, tokens, scenario=where
+            )
             free = learner_int(self.cache.allocator.num_free, "allocator.num_free", where)
             wanted = free + learner_int(to_add, f"blocks_to_add({seq!r}, {tokens})", where)
             call_learner(f"evict({wanted})", self.tiered.evict, wanted, scenario=where)
@@ -289,8 +295,10 @@ class _Server:
             holders = ["the tree"] if block in in_tree else []
             holders += [f"running request {seq!r}" for seq, table in tables.items() if block in table]
             if holders or not 0 <= block < len(refs) or refs[block] != 1:
-                got = f"load-back into block {block}, which {holders[0]} still holds" if holders else (
-                    f"block {block} with count {refs[block] if 0 <= block < len(refs) else 'none (not a block)'}"
+                got = (
+                    f"load-back into block {block}, which {holders[0]} still holds"
+                    if holders
+                    else (f"block {block} with count {refs[block] if 0 <= block < len(refs) else 'none (not a block)'}")
                 )
                 fail(where, "load_back's blocks fresh: count 1, in no table and not in the tree", got, FRESH_HINT)
         entries = self._host_entries(where)
@@ -423,7 +431,9 @@ def _one_at_a_time(rng: random.Random, policy: str) -> _Scenario:
             plan += [("serve", seq, chats[chat][turn], f"chat {chat}, turn {turn}", True), ("finish", seq)]
     pool = max(_request_blocks(prompt) for chat in chats for prompt in chat) + 1
     host = sum(len(chat[-1]) // BLOCK for chat in chats) + 4
-    return _Scenario(f"{policy}: three chats taking turns, one at a time (GPU pool {pool}, host {host})", pool, host, policy, plan)
+    return _Scenario(
+        f"{policy}: three chats taking turns, one at a time (GPU pool {pool}, host {host})", pool, host, policy, plan
+    )
 
 
 def _load_back_while_pinned(rng: random.Random, policy: str) -> _Scenario:
@@ -440,7 +450,9 @@ def _load_back_while_pinned(rng: random.Random, policy: str) -> _Scenario:
         ("serve", "x-again", x, "prompt X again (its blocks on the host)", True),
         ("finish", "x-again"),
     ]
-    return _Scenario(f"{policy}: a load-back that evicts while every host slot is pinned (GPU pool 3, host 2)", 3, 2, policy, plan)
+    return _Scenario(
+        f"{policy}: a load-back that evicts while every host slot is pinned (GPU pool 3, host 2)", 3, 2, policy, plan
+    )
 
 
 def _two_at_a_time_churning(rng: random.Random, policy: str) -> _Scenario:
@@ -464,7 +476,13 @@ def _two_at_a_time_churning(rng: random.Random, policy: str) -> _Scenario:
                 plan.append(("finish", done))
     pool = max(most, 14)
     host = max(2, pool // 2)
-    return _Scenario(f"{policy}: three chats, two at a time (GPU pool {pool}, host {host}: the host churns)", pool, host, policy, plan)
+    return _Scenario(
+        f"{policy}: three chats, two at a time (GPU pool {pool}, host {host}: the host churns)",
+        pool,
+        host,
+        policy,
+        plan,
+    )
 
 
 SCENARIOS = (
@@ -505,4 +523,7 @@ def check_tiered_cache(TieredRadixCache: Any, PagedKVCache: Any, *, seed: int = 
     loaded = 0
     for scenario in planned:
         loaded += _run((TieredRadixCache, PagedKVCache), scenario, seed).host_hits
-    return f"{len(planned)} scenarios, {loaded} blocks loaded back from the host, every row of logits equal to a from-scratch run"
+    return (
+        f"{len(planned)} scenarios, {loaded} blocks loaded back from the host, "
+        "every row of logits equal to a from-scratch run"
+    )

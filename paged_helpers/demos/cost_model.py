@@ -43,8 +43,10 @@ class CostModel:
         return (
             f"cost model (stated, not measured): {self.layers} layers x {self.kv_heads} KV heads x {self.head_dim} "
             f"x {self.bytes_per_value} B, blocks of {self.block_size}: {block / 2**20:.2f} MiB per block; "
-            f"PCIe {self.pcie_bytes_per_s / 1e9:.0f} GB/s ({self.transfer_s(1, self.pcie_bytes_per_s) * 1e6:.1f} us/block), "
-            f"NVLink {self.nvlink_bytes_per_s / 1e9:.0f} GB/s ({self.transfer_s(1, self.nvlink_bytes_per_s) * 1e6:.1f} us/block); "
+            f"PCIe {self.pcie_bytes_per_s / 1e9:.0f} GB/s "
+            f"({self.transfer_s(1, self.pcie_bytes_per_s) * 1e6:.1f} us/block), "
+            f"NVLink {self.nvlink_bytes_per_s / 1e9:.0f} GB/s "
+            f"({self.transfer_s(1, self.nvlink_bytes_per_s) * 1e6:.1f} us/block); "
             f"recompute {self.parameters / 1e9:.1f}e9 parameters at {self.peak_flops / 1e12:.0f} TFLOP/s x "
             f"{self.mfu:.0%} MFU ({self.prefill_s(self.block_size) * 1e6:.0f} us per block of tokens)"
         )
@@ -57,9 +59,15 @@ COST_MODEL = CostModel()
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pcie-gbps", type=float, default=COST_MODEL.pcie_bytes_per_s / 1e9, help="PCIe GB/s (default 64)")
-    parser.add_argument("--nvlink-gbps", type=float, default=COST_MODEL.nvlink_bytes_per_s / 1e9, help="NVLink GB/s (default 450)")
-    parser.add_argument("--tflops", type=float, default=COST_MODEL.peak_flops / 1e12, help="peak TFLOP/s (default 1000)")
+    parser.add_argument(
+        "--pcie-gbps", type=float, default=COST_MODEL.pcie_bytes_per_s / 1e9, help="PCIe GB/s (default 64)"
+    )
+    parser.add_argument(
+        "--nvlink-gbps", type=float, default=COST_MODEL.nvlink_bytes_per_s / 1e9, help="NVLink GB/s (default 450)"
+    )
+    parser.add_argument(
+        "--tflops", type=float, default=COST_MODEL.peak_flops / 1e12, help="peak TFLOP/s (default 1000)"
+    )
     parser.add_argument("--mfu", type=float, default=COST_MODEL.mfu, help="model FLOP utilisation (default 0.4)")
 
 

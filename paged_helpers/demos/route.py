@@ -109,8 +109,16 @@ class RouteRun:
 
 
 def serve_routed(
-    workload: ChatWorkload, RadixCache: Any, PagedKVCache: Any, router: Any, run: RouteRun,  # noqa: N803
-    blocks: int, block_size: int, batch: int, cost: CostModel, seed: int = 0,
+    workload: ChatWorkload,
+    RadixCache: Any,
+    PagedKVCache: Any,
+    router: Any,
+    run: RouteRun,  # noqa: N803
+    blocks: int,
+    block_size: int,
+    batch: int,
+    cost: CostModel,
+    seed: int = 0,
 ) -> RouteRun:
     replicas = run.replicas
     arrivals = random.Random(seed)  # drawn up front: every policy sees the same arrivals
@@ -200,9 +208,17 @@ def default_blocks(workload: ChatWorkload, block_size: int) -> int:
 
 
 def compare(
-    RadixCache: Any, PagedKVCache: Any, CacheAwareRouter: Any, workload: ChatWorkload,  # noqa: N803
-    replica_counts: tuple[int, ...] = REPLICA_COUNTS, blocks: int | None = None, block_size: int = 16,
-    batch: int = 4, overlap_weight: float = 1.0, cost: CostModel = COST_MODEL, seed: int = 0,
+    RadixCache: Any,
+    PagedKVCache: Any,
+    CacheAwareRouter: Any,
+    workload: ChatWorkload,  # noqa: N803
+    replica_counts: tuple[int, ...] = REPLICA_COUNTS,
+    blocks: int | None = None,
+    block_size: int = 16,
+    batch: int = 4,
+    overlap_weight: float = 1.0,
+    cost: CostModel = COST_MODEL,
+    seed: int = 0,
 ) -> list[RouteRun]:
     blocks = default_blocks(workload, block_size) if blocks is None else blocks
     runs = []
@@ -210,14 +226,17 @@ def compare(
         for name, make in policies(CacheAwareRouter, overlap_weight).items():
             run = RouteRun(name, replicas)
             runs.append(
-                serve_routed(workload, RadixCache, PagedKVCache, make(replicas), run, blocks, block_size, batch, cost, seed)
+                serve_routed(
+                    workload, RadixCache, PagedKVCache, make(replicas), run, blocks, block_size, batch, cost, seed
+                )
             )
     return runs
 
 
 def table(runs: list[RouteRun]) -> str:
     lines = [
-        f"{'replicas':>8} {'policy':<13} {'hit rate':>8} {'prefill tokens':>14} {'TTFT ms':>8} {'p90 ms':>7} {'imbalance':>9}"
+        f"{'replicas':>8} {'policy':<13} {'hit rate':>8} {'prefill tokens':>14} {'TTFT ms':>8} {'p90 ms':>7} "
+        f"{'imbalance':>9}"
     ]
     for run in runs:
         lines.append(
@@ -238,15 +257,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         choices=sorted(WORKLOADS),
         default="chats",
-        help="chats: multi_turn_chats (default); sharegpt: chats whose message lengths follow data/workloads/sharegpt.json",
+        help="chats: multi_turn_chats (default); sharegpt: chats whose message lengths follow "
+        "data/workloads/sharegpt.json",
     )
     parser.add_argument("--conversations", type=int, default=24, help="chats (default 24)")
     parser.add_argument("--turns", type=int, default=6, help="turns per chat (default 6)")
     parser.add_argument("--blocks", type=int, help="blocks per replica (default 48, or twice the longest prompt's)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--batch", type=int, default=4, help="requests admitted per replica per round (default 4)")
-    parser.add_argument("--overlap-weight", type=float, default=1.0, help="the cache-aware cost's overlap_weight (default 1)")
-    parser.add_argument("--replicas", type=int, nargs="+", default=list(REPLICA_COUNTS), help="replica counts (default 1 2 4 8)")
+    parser.add_argument(
+        "--overlap-weight", type=float, default=1.0, help="the cache-aware cost's overlap_weight (default 1)"
+    )
+    parser.add_argument(
+        "--replicas", type=int, nargs="+", default=list(REPLICA_COUNTS), help="replica counts (default 1 2 4 8)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     parser.add_argument(
         "--no-model", action="store_true", help="accepted for symmetry with run.py radix: this demo never runs a model"
@@ -268,8 +292,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cost = cost_model_from(args, args.block_size)
     blocks = default_blocks(workload, args.block_size) if args.blocks is None else args.blocks
     runs = compare(
-        RadixCache, PagedKVCache, CacheAwareRouter, workload, tuple(args.replicas), blocks, args.block_size,
-        args.batch, args.overlap_weight, cost, args.seed,
+        RadixCache,
+        PagedKVCache,
+        CacheAwareRouter,
+        workload,
+        tuple(args.replicas),
+        blocks,
+        args.block_size,
+        args.batch,
+        args.overlap_weight,
+        cost,
+        args.seed,
     )
     print(
         f"workload: {workload.name} {workload.parameters}; {workload.requests} requests, {workload.prompt_tokens} "

@@ -108,8 +108,13 @@ class TierRow:
 
 
 def serve_one(
-    classes: dict[str, Any], workload: ChatWorkload, gpu_blocks: int, host_blocks: int, policy: str,
-    block_size: int, batch: int,
+    classes: dict[str, Any],
+    workload: ChatWorkload,
+    gpu_blocks: int,
+    host_blocks: int,
+    policy: str,
+    block_size: int,
+    batch: int,
 ) -> TierRow:
     cache = classes["PagedKVCache"](num_blocks=gpu_blocks, block_size=block_size, **BOOKKEEPING_SHAPE)
     if host_blocks == 0:
@@ -125,8 +130,14 @@ def serve_one(
 
 
 def sweep(
-    TieredRadixCache: Any, RadixCache: Any, PagedKVCache: Any, workload: ChatWorkload,  # noqa: N803
-    gpu_blocks: int = 48, block_size: int = 16, batch: int = 4, multiples: tuple = HOST_MULTIPLES,
+    TieredRadixCache: Any,
+    RadixCache: Any,
+    PagedKVCache: Any,
+    workload: ChatWorkload,  # noqa: N803
+    gpu_blocks: int = 48,
+    block_size: int = 16,
+    batch: int = 4,
+    multiples: tuple = HOST_MULTIPLES,
 ) -> list[TierRow]:
     """No host tier, then each host size (``multiples`` x the GPU pool) for both write policies."""
     classes = {"TieredRadixCache": TieredRadixCache, "RadixCache": RadixCache, "PagedKVCache": PagedKVCache}
@@ -147,8 +158,9 @@ def table(rows: list[TierRow], cost: CostModel = COST_MODEL) -> str:
     for row in rows:
         useful = f"{row.loads / row.writes:>12.2f}" if row.writes else f"{'-':>12}"
         lines.append(
-            f"{row.host_blocks:>5d} {row.policy:<13} {row.hit_rate:>8.3f} {row.host_tokens / row.run.prompt_tokens:>9.3f} "
-            f"{row.run.prefill_tokens:>8d} {base - row.run.prefill_tokens:>7d} {row.writes:>7d} {row.loads:>6d} {useful} "
+            f"{row.host_blocks:>5d} {row.policy:<13} {row.hit_rate:>8.3f} "
+            f"{row.host_tokens / row.run.prompt_tokens:>9.3f} {row.run.prefill_tokens:>8d} "
+            f"{base - row.run.prefill_tokens:>7d} {row.writes:>7d} {row.loads:>6d} {useful} "
             f"{cost.transfer_s(row.loads, cost.pcie_bytes_per_s) * 1e3:>8.2f} "
             f"{cost.transfer_s(row.loads, cost.nvlink_bytes_per_s) * 1e3:>9.2f} "
             f"{cost.prefill_s(row.host_tokens) * 1e3:>12.2f}"
