@@ -25,11 +25,11 @@ block's end) with both tiers, so that a wrong logit comes with the rule it broke
   unless the host is full (then its LRU may drop entries); with write-through, every block is on
   the host as soon as it is inserted.
 
-Scenarios, for both write policies: chats served one at a time through a GPU pool that holds about
+Scenarios: for both write policies, chats served one at a time through a GPU pool that holds about
 one chat, over a host that holds them all (every evicted prefix must come back from the host:
 reuse equals a brute-force longest match); for write-back, a load-back that has to evict from the
-GPU while every host slot is pinned; and chats two at a time in a small pool over a host half its
-size (the host's LRU churns).
+GPU while every host slot is pinned; for write-through, chats two at a time in a small pool over a
+host half its size (every insert writes, so the host's LRU churns).
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ class _Server:
         )
         self.record: dict[tuple[int, ...], torch.Tensor] = {}
         self.pins: list[int] = []
+        self.verified: dict[tuple[int, ...], int] = {}  # host entries whose data the check compared
         self.locks: dict[str, Any] = {}
         self.tokens: dict[str, list[int]] = {}
         self.served: list[tuple[int, ...]] = []
@@ -165,7 +166,7 @@ class _Server:
                     f"{reused} ({len(blocks)} blocks on the GPU, {len(slots)} on the host)",
                     REUSE_HINT,
                 )
-        self._expect_tiers(f"{where}, after match_host")
+        self._expect_tiers(f"{where}, after match_host", gpu=False)
         loaded = learner_int_list(
             call_learner(f"load_back({slots})", self.tiered.load_back, slots, scenario=where),
             "the blocks load_back returned",
@@ -318,14 +319,9 @@ class _Server:
                 )
             fail(where, f"block {block} holding the keys of host slot {slot}", "other keys", HOST_DATA_HINT)
 
-    def _expect_tiers(self, where: str, inserted: list[int] | None = None) -> None:
-        tree = _tree_blocks(self.tiered)
-        tables = {seq: self._table(seq, where) for seq in list(self.cache.tables)}
-        holders = block_holders(tables, self.num_blocks)
-        for block in tree:
-            if 0 <= block < self.num_blocks:
-                holders[block].append("the tree")
-        expect_pool_matches(self.cache.allocator, holders, f"{where}, GPU pool", lambda *_: GPU_COUNT_HINT)
+    def _expect_tiers(self, where: str, inserted: list[int] | None = None, gpu: bool = True) -> None:
+        """Both pools' counts, the host's contents, no block lost (``gpu=False``: the host's counts only,
+        after a call that moves no data and no GPU block)."""
         entries = self._host_entries(where)
         host_holders: list[list] = [[] for _ in range(self.host_slots)]
         for key, slot in entries.items():
@@ -344,9 +340,22 @@ class _Server:
                     HOST_COUNT_HINT,
                 )
         expect_pool_matches(self.tiered.host, host_holders, f"{where}, host pool", lambda *_: HOST_COUNT_HINT)
-        host = _pools(_host_view(self.tiered), "tiered.host", where) if entries else None
-        for key, slot in entries.items():
-            if key in self.record and not strict_equal(host[:, slot], self.record[key]):
+        if not gpu:
+            return
+        tree = _tree_blocks(self.tiered)
+        tables = {seq: self._table(seq, where) for seq in list(self.cache.tables)}
+        holders = block_holders(tables, self.num_blocks)
+        for block in tree:
+            if 0 <= block < self.num_blocks:
+                holders[block].append("the tree")
+        expect_pool_matches(self.cache.allocator, holders, f"{where}, GPU pool", lambda *_: GPU_COUNT_HINT)
+        # An entry's data is compared once per (key, slot): a slot's data changes only when another key
+        # takes it, and a load-back of a slot is compared with the record when it happens.
+        fresh = {key: slot for key, slot in entries.items() if key in self.record and self.verified.get(key) != slot}
+        host = _pools(_host_view(self.tiered), "tiered.host", where) if fresh else None
+        for key, slot in fresh.items():
+            self.verified[key] = slot
+            if not strict_equal(host[:, slot], self.record[key]):
                 fail(
                     where,
                     f"host slot {slot} (the entry of tokens 0..{len(key) - 1}) holding those tokens' keys",
@@ -485,10 +494,12 @@ def _two_at_a_time_churning(rng: random.Random, policy: str) -> _Scenario:
     )
 
 
+# The churning host is write-through's regime (every insert writes); write-back's eviction path is
+# under pressure in the pinned scenario.
 SCENARIOS = (
     (_one_at_a_time, (WRITE_BACK, WRITE_THROUGH)),
     (_load_back_while_pinned, (WRITE_BACK,)),
-    (_two_at_a_time_churning, (WRITE_BACK, WRITE_THROUGH)),
+    (_two_at_a_time_churning, (WRITE_THROUGH,)),
 )
 
 
