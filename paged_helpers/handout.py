@@ -44,6 +44,7 @@ HOURS = {
     "08_continuous_batching": "3 to 4.5 hours",
     "09_paged_prefill_kernel": "2.5 to 4 hours",
     "10_radix_cache": "3 to 4 hours",
+    "11_cache_tiers_and_routing": "3 to 4 hours",
 }
 
 # Written by hand, only what the notebook's own prose says; the rows every notebook shares (written
@@ -56,6 +57,10 @@ NOT_CHECKED = {
         "float32 and one float16 scenario)"
     ),
     "09_paged_prefill_kernel": "speed: the checks test what your kernels compute, never how fast",
+    "11_cache_tiers_and_routing": (
+        "the order in which a full host drops its entries (any order that spares pinned slots passes), and the "
+        "measurements of parts 2 and 3 (a simulation with a stated cost model)"
+    ),
 }
 
 _CHECK_CALL = re.compile(r"\b(check_\w+)\(")

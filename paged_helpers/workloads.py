@@ -271,3 +271,44 @@ def document_questions(
         document + random_tokens(_length(rng, question_tokens, "question_tokens"), vocab_size, rng)
         for _ in range(questions)
     ]
+
+
+def trace_chats(
+    trace: str = "sharegpt",
+    conversations: int = 12,
+    turns: int = 3,
+    system_tokens: int = 32,
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> ChatWorkload:
+    """Multi-turn chats whose message lengths follow a length trace of ``data/workloads/`` (notebook 11,
+    ``run.py route --workload sharegpt``): each turn's user message and the reply to it take the input
+    and output lengths of one request of the trace, drawn by ``random.Random(seed)``. The tokens are
+    random; only the lengths come from the trace. See ChatWorkload for how the prompts grow."""
+    if conversations < 1 or turns < 1 or system_tokens < 0:
+        raise ValueError(
+            "conversations and turns must be positive and system_tokens non-negative, got "
+            f"{conversations}, {turns}, {system_tokens}"
+        )
+    lengths = length_trace(trace)
+    pairs = list(zip(lengths.input_tokens, lengths.output_tokens, strict=True))
+    rng = random.Random(seed)
+    system = random_tokens(system_tokens, vocab_size, rng)
+    chats = []
+    for _ in range(conversations):
+        history, prompts, reply = list(system), [], 0
+        for _turn in range(turns):
+            history += random_tokens(reply, vocab_size, rng)  # the previous turn's reply
+            user, reply = rng.choice(pairs)
+            history += random_tokens(user, vocab_size, rng)
+            prompts.append(list(history))
+        chats.append(prompts)
+    parameters = {
+        "trace": trace,
+        "conversations": conversations,
+        "turns": turns,
+        "system_tokens": system_tokens,
+        "vocab_size": vocab_size,
+        "seed": seed,
+    }
+    return ChatWorkload(chats, parameters, f"trace_chats({trace})")

@@ -177,6 +177,8 @@ ACROSS = [
     ("10_radix_cache", "check_radix_cache", ["RadixCache", "BlockAllocator"]),
     ("10_radix_cache", "check_cache_aware_order", ["cache_aware_order"]),
     ("10_radix_cache", "check_radix_logits", ["RadixCache", "PagedKVCache"]),
+    ("11_cache_tiers_and_routing", "check_tiered_cache", ["TieredRadixCache", "PagedKVCache"]),
+    ("11_cache_tiers_and_routing", "check_kv_router", ["CacheAwareRouter"]),
 ]
 
 

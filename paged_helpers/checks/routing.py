@@ -1,0 +1,195 @@
+"""check_kv_router: a cache-aware router fed by the replicas' KV events (notebook 11).
+
+The check plays the replicas: a seeded stream of KV events (a replica "stored" the blocks of a
+prompt's prefix, or "removed" the last blocks of one, as a radix cache evicts a leaf) interleaved
+with requests. A block's key is the tuple of every token from the start of the prompt to the end
+of the block, so keys of one prompt chain. After every event the check asks the learner's router,
+for each request, each replica's overlap (how many of the request's keys, from the first, the
+replica holds by its events), each replica's cost in Dynamo's form (``overlap_weight x blocks to
+prefill + blocks in decode``) and its choice (the lowest cost, ties to the lowest index), and
+compares them with its own account of the events. A router that keeps blocks a replica reported
+removed (stale events) is named as such.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .report import call_learner, check, fail, run_hidden_scenarios
+from .strict import learner_float, learner_int
+
+__all__ = ["check_kv_router"]
+
+BLOCK = 4
+
+STALE_HINT = (
+    "a 'removed' event means the replica evicted those blocks: take them out of what the router thinks "
+    "the replica holds, or requests go to replicas that no longer have their prefix (and prefill it all)"
+)
+LEADING_HINT = (
+    "only a prefix can be reused: count the request's keys from the first and stop at the first key the "
+    "replica does not hold"
+)
+STORED_HINT = "a 'stored' event adds its keys to what the replica holds (the router knows nothing else)"
+COST_HINT = "cost = overlap_weight x (the request's blocks - its overlap on the replica) + decode_blocks[replica]"
+CHOOSE_HINT = "choose returns the replica of lowest cost; among equal costs, the lowest replica index"
+
+
+def _chain(tokens: list[int]) -> list[tuple[int, ...]]:
+    return [tuple(tokens[:end]) for end in range(BLOCK, len(tokens) + 1, BLOCK)]
+
+
+def _overlap(held: set, keys: list) -> int:
+    count = 0
+    for key in keys:
+        if key not in held:
+            break
+        count += 1
+    return count
+
+
+class _Replicas:
+    """The check's account: what each replica holds, and every key it ever reported stored (what a
+    router deaf to "removed" events believes it holds)."""
+
+    def __init__(self, replicas: int) -> None:
+        self.held: list[set] = [set() for _ in range(replicas)]
+        self.ever: list[set] = [set() for _ in range(replicas)]
+
+
+def _prompts(rng: random.Random, count: int, vocab: int, longest: int) -> list[list[int]]:
+    """Prompts sharing prefixes: a few stems, each prompt a stem plus its own blocks."""
+    stems = [[rng.randrange(vocab) for _ in range(BLOCK * rng.randint(1, 3))] for _ in range(3)]
+    return [
+        rng.choice(stems) + [rng.randrange(vocab) for _ in range(BLOCK * rng.randint(1, longest))] for _ in range(count)
+    ]
+
+
+def _run_stream(
+    Router: Any,
+    rng: random.Random,
+    *,
+    replicas: int,
+    events: int,
+    weight: float,
+    longest: int,
+    name: str,  # noqa: N803
+) -> int:
+    scenario = f"{name} ({replicas} replicas, overlap_weight {weight})"
+    router = call_learner(
+        f"CacheAwareRouter({replicas}, overlap_weight={weight})", Router, replicas, weight, scenario=scenario
+    )
+    account = _Replicas(replicas)
+    prompts = _prompts(rng, 8, 6, longest)
+    asked = 0
+    history: list[str] = []
+    for step in range(events):
+        replica = rng.randrange(replicas)
+        held_chains = [chain for chain in (_chain(p) for p in prompts) if chain and chain[0] in account.held[replica]]
+        if held_chains and rng.random() < 0.4:
+            chain = [key for key in rng.choice(held_chains) if key in account.held[replica]]
+            keys = chain[-rng.randint(1, len(chain)) :]  # a leaf's blocks: the end of a cached chain
+            kind = "removed"
+            account.held[replica].difference_update(keys)
+        else:
+            chain = _chain(rng.choice(prompts))
+            keys = chain[: rng.randint(1, len(chain))]
+            kind = "stored"
+            account.held[replica].update(keys)
+            account.ever[replica].update(keys)
+        history.append(f"replica {replica} {kind} {len(keys)} block(s)")
+        call_learner(
+            f"on_event({replica}, {kind!r}, keys)", router.on_event, replica, kind, list(keys), scenario=scenario
+        )
+        where = f"{scenario}, after event {step + 1} ({'; '.join(history[-3:])})"
+        for prompt in rng.sample(prompts, 3):
+            keys = _chain(prompt)
+            decode = [rng.randrange(0, 3 * len(keys) + 1) for _ in range(replicas)]
+            asked += 1
+            for r in range(replicas):
+                expected = _overlap(account.held[r], keys)
+                got = learner_int(
+                    call_learner(f"overlap_blocks({r}, keys)", router.overlap_blocks, r, list(keys), scenario=where),
+                    f"overlap_blocks({r}, keys)",
+                    where,
+                )
+                if got != expected:
+                    stale = got == _overlap(account.ever[r], keys)
+                    hint = STALE_HINT if stale else (LEADING_HINT if got > expected else STORED_HINT)
+                    fail(
+                        f"{where}: a request of {len(keys)} blocks on replica {r}",
+                        f"overlap {expected} (block {expected} of the request"
+                        + (" was reported removed by the replica)" if stale else " is not held by the replica)")
+                        if expected < len(keys)
+                        else f"overlap {expected} (every block held)",
+                        f"overlap {got}",
+                        hint,
+                    )
+                want = weight * (len(keys) - expected) + decode[r]
+                cost = learner_float(
+                    call_learner(
+                        f"cost({r}, keys, {decode})", router.cost, r, list(keys), list(decode), scenario=where
+                    ),
+                    f"cost({r}, keys, decode_blocks)",
+                    where,
+                )
+                if abs(cost - want) > 1e-9 * max(1.0, abs(want)):
+                    fail(
+                        f"{where}: cost of a request of {len(keys)} blocks on replica {r} (overlap {expected}, "
+                        f"decode_blocks {decode[r]})",
+                        want,
+                        cost,
+                        COST_HINT,
+                    )
+            costs = [weight * (len(keys) - _overlap(account.held[r], keys)) + decode[r] for r in range(replicas)]
+            best = min(range(replicas), key=lambda r: (costs[r], r))
+            got = learner_int(
+                call_learner(f"choose(keys, {decode})", router.choose, list(keys), list(decode), scenario=where),
+                "choose(keys, decode_blocks)",
+                where,
+            )
+            if got != best:
+                fail(
+                    f"{where}: choose for a request of {len(keys)} blocks, decode_blocks {decode}",
+                    f"replica {best} (costs {costs})",
+                    f"replica {got}",
+                    CHOOSE_HINT,
+                )
+    return asked
+
+
+def _hidden(replicas: tuple[int, int], weights: tuple[float, ...], longest: int, name: str):
+    def scenario(Router: Any, rng: random.Random) -> None:  # noqa: N803
+        _run_stream(
+            Router,
+            rng,
+            replicas=rng.randint(*replicas),
+            events=rng.randint(20, 40),
+            weight=rng.choice(weights),
+            longest=longest,
+            name=name,
+        )
+
+    return scenario
+
+
+_HIDDEN = {
+    "many replicas": _hidden((6, 9), (1.0,), 3, "many replicas"),
+    "a router that weighs load only": _hidden((2, 4), (0.0,), 3, "overlap_weight 0"),
+    "long prompts, a strong overlap weight": _hidden((2, 5), (2.0, 4.0), 8, "long prompts"),
+    "one replica": _hidden((1, 1), (1.0, 0.5), 4, "one replica"),
+}
+
+
+@check(notebook="11_cache_tiers_and_routing", builds="CacheAwareRouter")
+def check_kv_router(CacheAwareRouter: Any, *, seed: int = 0, hidden: bool = False) -> str:  # noqa: N803
+    """Overlaps from the replicas' KV events (stored and removed), Dynamo's cost, the cheapest replica."""
+    if hidden:
+        run_hidden_scenarios(_HIDDEN, seed, 3, CacheAwareRouter)
+        return "3 hidden event streams"
+    rng = random.Random(seed)
+    asked = 0
+    for replicas, weight, name in ((2, 1.0, "two replicas"), (4, 1.0, "four replicas"), (3, 0.5, "a weaker overlap")):
+        asked += _run_stream(CacheAwareRouter, rng, replicas=replicas, events=30, weight=weight, longest=4, name=name)
+    return f"3 event streams, {asked} requests routed as Dynamo's cost says"

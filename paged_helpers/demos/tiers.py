@@ -1,0 +1,225 @@
+"""Host tier: hit rate, prefill saved and copies against host-tier size, write-back vs write-through.
+
+Seeded multi-turn chats (``workloads.multi_turn_chats``) are served in rounds by one replica, the
+way ``run.py radix`` serves them (first come first served, up to ``--batch`` requests a round), on
+a GPU pool of ``--gpu-blocks`` blocks: too few for every chat's history. The cache is notebook 10's
+``RadixCache`` alone (host size 0), or notebook 11's ``TieredRadixCache`` over a host tier of
+0.5, 1, 2, 4 and 8 times the GPU pool, for both write policies.
+
+Per row: hit rate (prompt tokens served from the GPU tree or loaded back from the host / prompt
+tokens), the host's share of it, prefill tokens and those saved against no host tier, blocks
+written to the host and loaded back (a block written and never loaded back is a wasted copy; with
+a host smaller than the GPU pool most writes are: Dynamo's "churn"), and, from the stated cost
+model (``demos/cost_model.py``), the time the loads take over PCIe and over NVLink against the
+time recomputing the same tokens would take. The caches' bookkeeping runs on pools of one layer,
+one head of size one (the copies are real, of tiny blocks): no model runs, and the timings come
+from the cost model only. The classes are the learner's, loaded from ``--impl DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from ..learner_view.access import create_holding
+from ..workloads import ChatWorkload, multi_turn_chats
+from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from
+from .implementation import add_impl_argument, load_impl
+from .radix import RadixServer, ServerRun, _reserve, serve_chats
+
+HOST_MULTIPLES = (0, 0.5, 1, 2, 4, 8)
+POLICIES = ("write-back", "write-through")
+BOOKKEEPING_SHAPE = {"layers": 1, "kv_heads": 1, "head_dim": 1}
+
+
+class TieredServer:
+    """A ``TieredRadixCache`` on a PagedKVCache: one request's engine steps, with the host tier.
+
+    ``start(seq, prompt)``: match all but the last prompt token on the GPU and lock the node;
+    ``match_host`` the next whole blocks and ``load_back`` them into fresh GPU blocks (on
+    MemoryError nothing is loaded: load_back unpinned its slots); create seq holding the matched
+    and loaded blocks; reserve the rest (evicting when short). Returns the tokens reused, or None if
+    the pool cannot hold the request. ``reused[seq]`` is (tokens from the GPU, tokens from the host).
+    ``prefilled`` and ``finish`` are notebook 10's (``RadixServer``).
+    """
+
+    def __init__(self, tiered: Any, cache: Any) -> None:
+        self.tiered, self.radix, self.cache = tiered, tiered, cache
+        self.locks: dict[str, Any] = {}
+        self.reused: dict[str, tuple[int, int]] = {}
+
+    def start(self, seq: str, prompt: list[int]) -> int | None:
+        size = self.cache.block_size
+        node, blocks = self.tiered.match(prompt[:-1])
+        self.tiered.lock(node)
+        slots = self.tiered.match_host(prompt[:-1], len(blocks))
+        try:
+            loaded = self.tiered.load_back(slots)
+        except MemoryError:
+            loaded = []
+        reused = create_holding(self.cache, seq, list(blocks) + list(loaded))
+        for block in loaded:  # load_back's reference goes to the table
+            self.cache.allocator.release(block)
+        if not _reserve(self.cache, seq, len(prompt) - reused, self.tiered.evict):
+            self.tiered.unlock(node)
+            self.cache.free(seq)
+            return None
+        self.locks[seq] = node
+        self.reused[seq] = (len(blocks) * size, len(loaded) * size)
+        return reused
+
+    prefilled = RadixServer.prefilled
+    finish = RadixServer.finish
+
+
+def counting(TieredRadixCache: Any) -> type:  # noqa: N803
+    """The learner's class, counting the blocks ``offload`` writes to the host (a copy, not a touch)."""
+
+    class Counting(TieredRadixCache):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.writes = 0
+
+        def offload(self, key: Any, block: int) -> Any:
+            dirty = key not in self.host_entries
+            slot = super().offload(key, block)
+            if dirty and slot is not None:
+                self.writes += 1
+            return slot
+
+    return Counting
+
+
+@dataclass
+class TierRow:
+    """One host size and write policy."""
+
+    host_blocks: int
+    policy: str
+    run: ServerRun
+    host_tokens: int
+    writes: int
+    loads: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.run.hit_rate
+
+
+def serve_one(
+    classes: dict[str, Any],
+    workload: ChatWorkload,
+    gpu_blocks: int,
+    host_blocks: int,
+    policy: str,
+    block_size: int,
+    batch: int,
+) -> TierRow:
+    cache = classes["PagedKVCache"](num_blocks=gpu_blocks, block_size=block_size, **BOOKKEEPING_SHAPE)
+    if host_blocks == 0:
+        server: Any = RadixServer(classes["RadixCache"], cache)
+    else:
+        tiered = counting(classes["TieredRadixCache"])(cache, host_blocks, policy)
+        server = TieredServer(tiered, cache)
+    run = serve_chats(workload, server, ServerRun("radix" if host_blocks == 0 else "tiered", "fcfs"), batch)
+    if host_blocks == 0:
+        return TierRow(0, "none", run, 0, 0, 0)
+    host_tokens = sum(host for _, host in server.reused.values())
+    return TierRow(host_blocks, policy, run, host_tokens, server.tiered.writes, host_tokens // block_size)
+
+
+def sweep(
+    TieredRadixCache: Any,
+    RadixCache: Any,
+    PagedKVCache: Any,
+    workload: ChatWorkload,  # noqa: N803
+    gpu_blocks: int = 48,
+    block_size: int = 16,
+    batch: int = 4,
+    multiples: tuple = HOST_MULTIPLES,
+) -> list[TierRow]:
+    """No host tier, then each host size (``multiples`` x the GPU pool) for both write policies."""
+    classes = {"TieredRadixCache": TieredRadixCache, "RadixCache": RadixCache, "PagedKVCache": PagedKVCache}
+    rows = []
+    for multiple in multiples:
+        host = round(multiple * gpu_blocks)
+        for policy in POLICIES if host else ("none",):
+            rows.append(serve_one(classes, workload, gpu_blocks, host, policy, block_size, batch))
+    return rows
+
+
+def table(rows: list[TierRow], cost: CostModel = COST_MODEL) -> str:
+    base = rows[0].run.prefill_tokens
+    lines = [
+        f"{'host':>5} {'policy':<13} {'hit rate':>8} {'from host':>9} {'prefill':>8} {'saved':>7} "
+        f"{'writes':>7} {'loads':>6} {'loads/writes':>12} {'PCIe ms':>8} {'NVLink ms':>9} {'recompute ms':>12}"
+    ]
+    for row in rows:
+        useful = f"{row.loads / row.writes:>12.2f}" if row.writes else f"{'-':>12}"
+        lines.append(
+            f"{row.host_blocks:>5d} {row.policy:<13} {row.hit_rate:>8.3f} "
+            f"{row.host_tokens / row.run.prompt_tokens:>9.3f} {row.run.prefill_tokens:>8d} "
+            f"{base - row.run.prefill_tokens:>7d} {row.writes:>7d} {row.loads:>6d} {useful} "
+            f"{cost.transfer_s(row.loads, cost.pcie_bytes_per_s) * 1e3:>8.2f} "
+            f"{cost.transfer_s(row.loads, cost.nvlink_bytes_per_s) * 1e3:>9.2f} "
+            f"{cost.prefill_s(row.host_tokens) * 1e3:>12.2f}"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conversations", type=int, default=12, help="chats (default 12)")
+    parser.add_argument("--turns", type=int, default=6, help="turns per chat (default 6)")
+    parser.add_argument("--gpu-blocks", type=int, default=48, help="GPU pool, blocks (default 48)")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
+    parser.add_argument("--batch", type=int, default=4, help="requests admitted per round (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument(
+        "--no-model", action="store_true", help="accepted for symmetry with run.py radix: this demo never runs a model"
+    )
+    add_cost_arguments(parser)
+    add_impl_argument(parser)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    for name in ("conversations", "turns", "gpu_blocks", "block_size", "batch"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    TieredRadixCache = load_impl(args, "11_cache_tiers_and_routing", "TieredRadixCache")  # noqa: N806
+    RadixCache = load_impl(args, "10_radix_cache", "RadixCache")  # noqa: N806
+    PagedKVCache = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")  # noqa: N806
+    workload = multi_turn_chats(args.conversations, args.turns, seed=args.seed)
+    cost = cost_model_from(args, args.block_size)
+    rows = sweep(TieredRadixCache, RadixCache, PagedKVCache, workload, args.gpu_blocks, args.block_size, args.batch)
+    print(
+        f"workload: {workload.name} {workload.parameters}; {workload.requests} requests, {workload.prompt_tokens} "
+        f"prompt tokens; GPU pool {args.gpu_blocks} blocks of {args.block_size}, batch {args.batch}"
+    )
+    print(cost.describe())
+    print(table(rows, cost))
+    return {
+        "workload": workload.name,
+        "parameters": workload.parameters,
+        "gpu_blocks": args.gpu_blocks,
+        "block_size": args.block_size,
+        "batch": args.batch,
+        "cost_model": cost.as_dict(),
+        "rows": [
+            {
+                "host_blocks": row.host_blocks,
+                "policy": row.policy,
+                "hit_rate": round(row.hit_rate, 4),
+                "host_hit_rate": round(row.host_tokens / row.run.prompt_tokens, 4),
+                "prefill_tokens": row.run.prefill_tokens,
+                "prefill_tokens_saved": rows[0].run.prefill_tokens - row.run.prefill_tokens,
+                "host_writes": row.writes,
+                "host_loads": row.loads,
+                "load_ms_pcie": round(cost.transfer_s(row.loads, cost.pcie_bytes_per_s) * 1e3, 3),
+                "load_ms_nvlink": round(cost.transfer_s(row.loads, cost.nvlink_bytes_per_s) * 1e3, 3),
+                "recompute_ms": round(cost.prefill_s(row.host_tokens) * 1e3, 3),
+            }
+            for row in rows
+        ],
+        "timed": "nothing: counts from the caches' bookkeeping, times from the stated cost model",
+    }
