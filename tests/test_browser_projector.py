@@ -244,6 +244,14 @@ def test_free_play_fits_a_projector_after_forks_and_a_write(artifacts, tmp_path)
                 arg=[".ph-cow-demo-widget .ph-message", before],
             )
         assert "copied" in message.inner_text()  # the write landed in a shared block
+        # The saved picture beside the live view followed the clicks (a saved or exported notebook
+        # shows it), and is hidden while the live view is on the page.
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.ph-static-snapshot .ph-cow-demo .ph-message')]"
+            ".some(m => m.textContent.includes('copied'))"
+        )
+        assert page.locator(".ph-static-snapshot").count() >= 3  # block tables, prefix cache, free play
+        assert page.locator(".ph-static-snapshot:visible").count() == 0
         for width, height in FREE_PLAY_SIZES:
             page.set_viewport_size({"width": width, "height": height})
             demo.scroll_into_view_if_needed()

@@ -74,7 +74,7 @@ def _list_blocks(blocks: list[int]) -> str:
     return "blocks " + ", ".join(str(b) for b in blocks[:-1]) + f" and {blocks[-1]}"
 
 
-class CowDemo(traitlets.HasTraits):
+class CowDemo(display.ShowsItself, traitlets.HasTraits):
     """Fork and copy-on-write, step by step, on a tiny cache built from ``cache_class``.
 
     ``cache_class`` is constructed as ``cache_class(layers, num_blocks, block_size, kv_heads,
@@ -551,6 +551,7 @@ class CowDemo(traitlets.HasTraits):
         if self._screen is not None:
             self._screen.value = self.to_html()
             self._sync_controls()
+        self._update_snapshots()
 
     def _sync_controls(self) -> None:
         """Controls follow the state: the sequence list, what can be pressed, the type size."""
