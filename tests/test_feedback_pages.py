@@ -5,6 +5,8 @@ One student's perfect notebook 01 is graded and given feedback with ``autograde/
 * its two written answers, not marked yet, read "awaiting grading" and stay out of the total
   (nbgrader's own page says "Score: 0.0 / 2.0" for each, so a perfect 01 read 4 / 8); once an
   instructor marks one, the page shows that mark and counts it;
+* the copy-on-write demo's cell in 04's feedback keeps a picture of the last state the grader's
+  run reached (the fork and the copy the notebook's own cell drives), not an empty output;
 * nbgrader's known harmless noise (SQLAlchemy's autoflush SAWarnings while grading, traitlets'
   "display_data_priority not recognized" in feedback) is gone from the console (measured before
   this change: 3 and 6 lines for this one notebook), while a real warning, an option of the
@@ -13,14 +15,17 @@ One student's perfect notebook 01 is graded and given feedback with ``autograde/
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from autograde_helpers import course, feedback_text, graded_course, instructor, write_submission
 
-pytestmark = pytest.mark.nbgrader
+pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]  # about 4 min on 2 cores (04 is graded too)
 
 NOTEBOOK = "01_block_tables"
 WRITTEN = ("understanding_exact_allocation", "understanding_where_p_lives")
+WIDGETS, EARLIER = "04_fork_and_copy_on_write", ("02_block_allocator", "03_paged_kv_cache")
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +33,10 @@ def graded(tmp_path_factory):
     # A misspelt option of a course preprocessor: a real problem, which must still be reported.
     root = graded_course("feedback-pages", **{"LimitOutputs.max_output_byte": 1000})
     folder = tmp_path_factory.mktemp("class")
-    write_submission(folder, "perfect", {NOTEBOOK: instructor(NOTEBOOK)})
+    write_submission(folder, "perfect", {name: instructor(name) for name in (NOTEBOOK, *EARLIER, WIDGETS)})
     course(root, "collect", str(folder))
     grading = course(root, "grade", NOTEBOOK, "--student", "perfect")
+    course(root, "grade", WIDGETS, "--student", "perfect")  # 02 and 03 are loaded from submitted/
     feedback = course(root, "feedback")
     return root, grading, feedback
 
@@ -71,3 +77,12 @@ def test_known_noise_is_silenced_and_real_warnings_are_kept(graded):
         assert "display_data_priority" not in console
     # The misspelt option is reported, by both steps that build the preprocessor.
     assert "Config option `max_output_byte` not recognized by `LimitOutputs`" in _console(feedback)
+
+
+def test_the_demo_keeps_its_last_picture_in_feedback(graded):
+    root, _, _ = graded
+    page = (root / "feedback" / "perfect" / WIDGETS / f"{WIDGETS}.html").read_text()
+    assert page.count("ph-static-snapshot") == 1 and "widget-view" not in page  # the picture, no live widget
+    picture = page[page.index("ph-static-snapshot") :]
+    assert re.search(r'class="ph-message"[^>]*>block 1 was shared by 2 tables: copied to block 2', picture)
+    assert 'data-refs="2"' in picture  # block 0 still shared by A and B
