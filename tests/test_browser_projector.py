@@ -227,7 +227,7 @@ def test_free_play_fits_a_projector_after_forks_and_a_write(artifacts, tmp_path)
     shutil.copy(DEMO, folder / DEMO.name)
     measured = {}
     with (
-        jupyter_lab(folder, tmp_path / "jupyter", artifacts / "jupyterlab_free_play.log", extra_env=MAKE_DEMO_ENV) as lab,
+        jupyter_lab(folder, tmp_path / "jupyter", artifacts / "lab_free_play.log", extra_env=MAKE_DEMO_ENV) as lab,
         chromium_page(*FREE_PLAY_SIZES[0]) as page,
     ):
         page.goto(lab.tree(DEMO.name))

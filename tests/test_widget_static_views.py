@@ -49,7 +49,8 @@ def run(graded: bool) -> nbformat.NotebookNode:
 
 
 def pictures(cell) -> list[str]:
-    return [o["data"]["text/html"] for o in cell.outputs if o.get("output_type") == "display_data" and "text/html" in o["data"]]
+    shown = [o["data"] for o in cell.outputs if o.get("output_type") == "display_data"]
+    return [data["text/html"] for data in shown if "text/html" in data]
 
 
 def latest_message(html: str) -> str:

@@ -288,7 +288,8 @@ def pool_picture(
         f'<div class="ph-pool{" ph-compact" if compact else ""}" style="display:flex;flex-wrap:wrap;gap:0.35em;'
         f'max-width:{columns * tile_em + (columns - 1) * 0.35:.2f}em">'
         f"{tiles}</div>"
-        f'<div class="ph-tables-heading" style="margin-top:0.5em;font-weight:600">Block tables (logical \u2192 physical)</div>'
+        '<div class="ph-tables-heading" style="margin-top:0.5em;font-weight:600">'
+        "Block tables (logical \u2192 physical)</div>"
         f"{block_tables(state, colours, copies, texts)}{legend(presentation) if show_legend else ''}"
     )
 
