@@ -19,6 +19,10 @@ from paged_grading.speed import cache_schema_version_lookup  # noqa: E402
 
 cache_schema_version_lookup()  # nbgrader would otherwise run `alembic heads` each time it opens the gradebook
 
+from paged_grading import known_noise  # noqa: E402
+
+known_noise.install()  # nbgrader's own harmless warnings (named there), matched by their exact text
+
 c.CourseDirectory.course_id = "paged-attention"
 
 # --- executing submissions -------------------------------------------------------------------
@@ -88,6 +92,7 @@ c.Autograde.autograde_preprocessors = [
 # --- feedback: what failed and why, never the hidden tests' code ----------------------------
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "paged_grading.feedback_scores.AwaitingGrading",  # unmarked written answers: "awaiting grading"
     "paged_grading.outputs.StripGuard",
     "paged_grading.hidden.HideHiddenTests",
     "paged_grading.outputs.DefuseMarkers",
@@ -96,3 +101,10 @@ c.GenerateFeedback.preprocessors = [
     "paged_grading.outputs.LimitOutputs",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# The feedback page: nbgrader's, with unmarked written answers shown as awaiting grading.
+from paged_grading import feedback_scores  # noqa: E402
+
+c.HTMLExporter.template_name = feedback_scores.TEMPLATE_NAME
+c.HTMLExporter.template_file = feedback_scores.TEMPLATE_FILE
+c.HTMLExporter.extra_template_basedirs = feedback_scores.template_folders()

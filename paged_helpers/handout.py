@@ -117,9 +117,12 @@ def _signature(node: ast.FunctionDef) -> str:
 def interfaces(path: str | Path, optional: frozenset[str] = frozenset()) -> list[str]:
     """What to write: each solution cell's functions (signature) and classes (methods with a solution region).
 
+    A class written over several cells (``class PagedKVCache(PagedKVCache)`` re-opening it) is one entry.
+
     A cell that defines a name in ``optional`` (what an ungraded check builds) is marked optional.
     """
     found = []
+    class_lines: dict[str, int] = {}  # a class built over several cells is one line: its methods in order
     for cell in _cells(Path(path)):
         meta = _nbgrader(cell)
         if cell["cell_type"] != "code" or not meta.get("solution") or meta.get("grade"):
@@ -141,7 +144,12 @@ def interfaces(path: str | Path, optional: frozenset[str] = frozenset()) -> list
                     if isinstance(item, ast.FunctionDef)
                     and "### BEGIN SOLUTION" in (ast.get_source_segment(source, item) or "")
                 ]
-                found.append(f"`{node.name}`{mark}: " + ", ".join(f"`{name}`" for name in methods))
+                listed = ", ".join(f"`{name}`" for name in methods)
+                if node.name in class_lines:
+                    found[class_lines[node.name]] += f", then {listed}"
+                else:
+                    class_lines[node.name] = len(found)
+                    found.append(f"`{node.name}`{mark}: {listed}")
     return found
 
 

@@ -79,7 +79,10 @@ def drive_the_demo(page, lab, lap) -> None:
     demo.wait_for(timeout=30_000)  # the JupyterLab widget manager drew the live widget
     demo.scroll_into_view_if_needed()
     message = demo.locator(".ph-message")
-    assert "Create a prompt" in message.inner_text()
+    # The notebook's own cell drove the demo (create, fork, write): B's copy is on show. Reset.
+    assert "copied to block" in message.inner_text() and "B's token" in message.inner_text()
+    demo.locator(".ph-do-reset").click()
+    wait_for_message(page, "new cache")  # "new cache: 16 blocks of 4 slots, all free. Create a prompt to begin."
 
     demo.locator(".ph-do-create").click()
     wait_for_message(page, "created A")

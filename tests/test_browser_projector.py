@@ -199,3 +199,80 @@ def present_the_story(page, lab, exported_path, total, artifacts, lap) -> None:
     story.locator(".ph-story-next").click()  # still says so, and nothing breaks
     assert banner.is_visible()
     lap("kernel_restart_shown")
+
+
+# The free-play demo's box: its height and the notebook's visible area (what scrolls) around it;
+# on the stage, whether it fits the window, its font size, and any text under the minimum.
+FREE_PLAY_BOX = """([minimum]) => {
+    const demo = document.querySelector('.ph-cow-demo-widget');
+    const area = demo.closest('.jp-WindowedPanel-outer') || demo.closest('.jp-Notebook');
+    const small = [];
+    for (const el of demo.querySelectorAll('*')) {
+        if (!el.checkVisibility()) continue;
+        const text = [...el.childNodes].some(node => node.nodeType === 3 && node.textContent.trim());
+        if (text && parseFloat(getComputedStyle(el).fontSize) < minimum) small.push(el.textContent.trim().slice(0, 30));
+    }
+    return {height: Math.round(demo.getBoundingClientRect().height), visible: area ? area.clientHeight : innerHeight,
+            scroll: demo.scrollHeight, client: demo.clientHeight, window: innerHeight,
+            font: parseFloat(demo.dataset.fontPx || getComputedStyle(demo).fontSize), small,
+            earlier: [...demo.querySelectorAll('.ph-earlier')].filter(e => e.checkVisibility()).length};
+}"""
+FREE_PLAY_SIZES = [(1280, 720), (1024, 768)]
+
+
+def test_free_play_fits_a_projector_after_forks_and_a_write(artifacts, tmp_path):
+    """Section 4 after create, fork x3 and a write: one message line (the rest folded), and Present fits the window."""
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    shutil.copy(DEMO, folder / DEMO.name)
+    measured = {}
+    with (
+        jupyter_lab(folder, tmp_path / "jupyter", artifacts / "lab_free_play.log", extra_env=MAKE_DEMO_ENV) as lab,
+        chromium_page(*FREE_PLAY_SIZES[0]) as page,
+    ):
+        page.goto(lab.tree(DEMO.name))
+        assert run_all_cells(page) and error_outputs(page) == [], error_outputs(page)
+        page.set_default_timeout(30_000)
+        demo = page.locator(".ph-cow-demo-widget")
+        demo.wait_for()
+        message = demo.locator(".ph-message")
+        for button in ["create", "fork", "fork", "fork", "write"]:
+            before = message.inner_text()
+            demo.locator(f".ph-do-{button}").click()
+            page.wait_for_function(
+                "([m, b]) => document.querySelector(m).innerText !== b",
+                arg=[".ph-cow-demo-widget .ph-message", before],
+            )
+        assert "copied" in message.inner_text()  # the write landed in a shared block
+        # The saved picture beside the live view followed the clicks (a saved or exported notebook
+        # shows it), and is hidden while the live view is on the page.
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.ph-static-snapshot .ph-cow-demo .ph-message')]"
+            ".some(m => m.textContent.includes('copied'))"
+        )
+        assert page.locator(".ph-static-snapshot").count() >= 3  # block tables, prefix cache, free play
+        assert page.locator(".ph-static-snapshot:visible").count() == 0
+        for width, height in FREE_PLAY_SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            demo.scroll_into_view_if_needed()
+            page.wait_for_timeout(300)
+            in_notebook = page.evaluate(FREE_PLAY_BOX, [MIN_FONT_PX])
+            demo.locator(".ph-play-present").click()
+            page.wait_for_selector(".ph-cow-demo-widget.ph-staged")
+            page.wait_for_timeout(300)
+            staged = page.evaluate(FREE_PLAY_BOX, [MIN_FONT_PX])
+            page.screenshot(path=artifacts / f"free_play_{width}x{height}.png")
+            page.keyboard.press("Escape")
+            page.wait_for_selector(".ph-cow-demo-widget.ph-staged", state="detached")
+            measured[f"{width}x{height}"] = {"in_notebook": in_notebook, "presented": staged}
+        (artifacts / "free_play.json").write_text(json.dumps(measured, indent=2))
+        print(f"free play after fork x3 + write: {json.dumps(measured)}")
+        earlier = demo.locator("details.ph-history")
+        assert earlier.count() == 1 and "earlier steps (5)" in earlier.locator("summary").inner_text()
+        earlier.locator("summary").click()  # unfolded on demand, the history is all there
+        assert demo.locator(".ph-history .ph-earlier").count() == 5
+    for size, boxes in measured.items():
+        assert boxes["in_notebook"]["earlier"] == 0, f"{size}: earlier steps shown unfolded"
+        shown = boxes["presented"]
+        assert shown["height"] <= shown["window"] and shown["scroll"] <= shown["client"], f"{size}: {shown}"
+        assert shown["font"] >= MIN_FONT_PX and shown["small"] == [], f"{size}: {shown}"

@@ -248,6 +248,21 @@ def test_a_passing_check_says_what_it_verified(capsys):
     assert line.startswith("check_block_allocator: ") and "scenarios passed" in line and "calls to your code" in line
 
 
+def test_a_hidden_calls_pass_line_says_it_is_hidden_and_names_no_seed(capsys):
+    allocator, slot = solution("02_block_allocator", "BlockAllocator"), solution("01_block_tables", "physical_slot")
+    capsys.readouterr()
+    check_block_allocator(allocator)
+    check_block_allocator(allocator, seed=2026, hidden=True)
+    check_physical_slot(slot, seed=987654321)  # a check with no `hidden`: another seed is its hidden call
+    check_physical_slot(slot, seed=0)  # the default seed, passed explicitly: the visible scenarios
+    visible, hidden_allocator, hidden_slot, default_seed = capsys.readouterr().out.strip().splitlines()
+    assert visible.startswith("check_block_allocator: ")
+    for line, name in ((hidden_allocator, "check_block_allocator"), (hidden_slot, "check_physical_slot")):
+        assert line.startswith(f"{name} (hidden test; when graded, its scenarios come from the grader's secret seed): ")
+        assert "scenarios passed" in line and "2026" not in line and "987654321" not in line
+    assert default_seed.startswith("check_physical_slot: ")
+
+
 def rendered(error: BaseException) -> str:
     return "\n".join(error._render_traceback_())
 

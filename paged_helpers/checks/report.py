@@ -94,6 +94,23 @@ def _summary(tally: dict[str, Any]) -> str:
     return f"passed ({calls_part})" if calls else "passed"
 
 
+HIDDEN_LABEL = " (hidden test; when graded, its scenarios come from the grader's secret seed)"
+
+
+def _hidden_label(function: Callable[..., Any], kwargs: dict[str, Any]) -> str:
+    """What a hidden call's pass line says after the check's name, so it reads apart from the visible one.
+
+    A call is hidden when it asks for ``hidden=True`` or passes a ``seed`` other than the check's
+    default (the visible calls use the default; the hidden regions pass a seed, which the grader
+    replaces with a secret one). The seed itself is never printed.
+    """
+    import inspect
+
+    seed = inspect.signature(function).parameters.get("seed")
+    other_seed = "seed" in kwargs and seed is not None and kwargs["seed"] != seed.default
+    return HIDDEN_LABEL if kwargs.get("hidden") is True or other_seed else ""
+
+
 def fail(scenario: str, expected: Any, got: Any, hint: str | Hint) -> None:
     """Raise CheckFailed with the course's four-part message (a ``Hint`` is shown in tiers)."""
     raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint_text(scenario, hint)}")
@@ -205,7 +222,7 @@ def check(
     In a graded run (``graded_run()``, decided before any learner code runs) unfinished code
     always raises, so an unfinished exercise scores zero whatever the cell asked for.
     With no summary of its own, the line says how many scenarios and calls to the learner's
-    code passed.
+    code passed; a hidden call's line says it is one (``_hidden_label``), naming no seed.
     """
     import functools
 
@@ -234,7 +251,7 @@ def check(
                 raise type(error)(f"{problem}\n{error}") from error.__cause__
             finally:
                 _TALLY.reset(token)
-            print(f"{function.__name__}: {summary or _summary(tally)}")
+            print(f"{function.__name__}{_hidden_label(function, kwargs)}: {summary or _summary(tally)}")
             return None
 
         earlier = REGISTRY.get(function.__name__)

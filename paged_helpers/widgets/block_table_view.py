@@ -38,7 +38,7 @@ from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool, slo
 COMPACT_ABOVE = 24
 
 
-class BlockTableView(traitlets.HasTraits):
+class BlockTableView(display.ShowsItself, traitlets.HasTraits):
     """A picture of ``cache`` (and, optionally, which blocks ``prefix_cache`` holds).
 
     The traits below hold what was read at the last ``refresh()`` as plain JSON, sequences
@@ -204,6 +204,7 @@ class BlockTableView(traitlets.HasTraits):
     def _redraw(self) -> None:
         if self._picture is not None:
             self._picture.value = self.to_html()
+        self._update_snapshots()
 
     @property
     def picture(self) -> Any:
@@ -230,6 +231,9 @@ class BlockTableView(traitlets.HasTraits):
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return display.mimebundle(lambda: self.widget, self.to_html(), self._plain())
+
+    def _plain_text(self) -> str:
+        return self._plain()
 
     def _plain(self) -> str:
         if self.state is None:

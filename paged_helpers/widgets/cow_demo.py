@@ -74,7 +74,7 @@ def _list_blocks(blocks: list[int]) -> str:
     return "blocks " + ", ".join(str(b) for b in blocks[:-1]) + f" and {blocks[-1]}"
 
 
-class CowDemo(traitlets.HasTraits):
+class CowDemo(display.ShowsItself, traitlets.HasTraits):
     """Fork and copy-on-write, step by step, on a tiny cache built from ``cache_class``.
 
     ``cache_class`` is constructed as ``cache_class(layers, num_blocks, block_size, kv_heads,
@@ -417,11 +417,11 @@ class CowDemo(traitlets.HasTraits):
         self._redraw()
 
     def to_html(self) -> str:
-        """The static picture: the last steps and the pool (what an HTML export shows)."""
-        recent = render.message_lines(self.history[-4:], presentation=self.presentation)
+        """The static picture: the latest step (the earlier ones folded) and the pool (what an HTML export shows)."""
+        recent = render.message_lines(self.history, presentation=self.presentation)
         body = render.error_box(self.problem) if self.problem else self.view.picture_html()
         name = self.cache_class.__name__
-        title = f'<div style="font-weight:700;font-size:1.2em">Copy-on-write with {name}</div>'
+        title = f'<div class="ph-cow-title" style="font-weight:700;font-size:1.2em">Copy-on-write with {name}</div>'
         return render.page(title + recent + body, kind="cow-demo", presentation=self.presentation)
 
     def _repr_html_(self) -> str:
@@ -444,6 +444,7 @@ class CowDemo(traitlets.HasTraits):
         import ipywidgets as w
 
         from .kernel_watch import KernelWatch
+        from .play_stage import PlayStage
 
         def button(name: str, label: str, tip: str, action: Callable[[], Any], icon: str = "") -> Any:
             control = w.Button(description=label, tooltip=tip, icon=icon, layout=w.Layout(width="auto"))
@@ -515,10 +516,27 @@ class CowDemo(traitlets.HasTraits):
         self._screen = w.HTML(self.to_html(), layout=w.Layout(width="100%"))
         # Text fields and dropdowns have no font-size style in ipywidgets 8, so presentation mode
         # reaches them through a CSS class on the whole demo.
+        # On the stage (PlayStage's Present) every size follows the one font size the stage fits:
+        # controls and picture in em, the title left out (the stage is the demo alone).
+        demo = ".ph-cow-demo-widget"
         large_inputs = w.HTML(
-            "<style>.ph-cow-demo-widget.ph-presentation :is(input, select, label)"
-            f"{{font-size:{render.PRESENTATION_FONT_PX}px !important;height:auto !important}}</style>"
+            f"<style>{demo}.ph-presentation :is(input, select, label)"
+            f"{{font-size:{render.PRESENTATION_FONT_PX}px !important;height:auto !important}}"
+            f"{demo}.ph-presentation .ph-play-present{{font-size:{render.PRESENTATION_FONT_PX}px;height:2.6em}}"
+            f"{demo}.ph-staged :is(input, select, label, button, .widget-html, .widget-html-content, .ph-widget)"
+            "{font-size:1em !important}"
+            f"{demo}.ph-staged :is(.ph-prompt-tokens, .ph-sequence){{width:12em !important}}"
+            f"{demo}.ph-staged .ph-cow-title{{display:none}}"
+            # A table's text beside its entries; on a wide window the tables beside the pool.
+            f"{demo}.ph-staged .ph-text{{display:inline-block;margin:0 0 0 0.8em !important}}"
+            "@media (min-width: 1200px) {"
+            f"{demo}.ph-staged .ph-cow-demo{{display:grid;grid-template-columns:auto minmax(12em,1fr);"
+            "column-gap:1.2em;align-items:start}"
+            f"{demo}.ph-staged .ph-cow-demo>*{{grid-column:1/-1}}"
+            f"{demo}.ph-staged .ph-cow-demo>.ph-pool{{grid-column:1;grid-row:span 2}}"
+            f"{demo}.ph-staged .ph-cow-demo>:is(.ph-tables-heading,.ph-tables){{grid-column:2}}}}</style>"
         )
+        row.children = (*row.children, PlayStage())
         box = w.VBox([large_inputs, KernelWatch(), row, self._screen])
         box.add_class("ph-cow-demo-widget")
         self._box = box
@@ -533,6 +551,7 @@ class CowDemo(traitlets.HasTraits):
         if self._screen is not None:
             self._screen.value = self.to_html()
             self._sync_controls()
+        self._update_snapshots()
 
     def _sync_controls(self) -> None:
         """Controls follow the state: the sequence list, what can be pressed, the type size."""

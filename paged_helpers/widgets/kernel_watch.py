@@ -8,9 +8,13 @@ soon as JupyterLab marks the widgets disconnected (a restart, a dead or shut-dow
 from __future__ import annotations
 
 import anywidget
+import traitlets
 
-from . import stage
+from . import display, stage
 
 
 class KernelWatch(anywidget.AnyWidget):
+    """Also puts ``display.SNAPSHOT_HIDING_CSS`` on the page: a live widget's static picture is hidden."""
+
     _esm = stage.widget_module("kernel_watch.js")
+    snapshot_hiding_css = traitlets.Unicode(display.SNAPSHOT_HIDING_CSS).tag(sync=True)

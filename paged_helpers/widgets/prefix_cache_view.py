@@ -28,7 +28,7 @@ from . import display, render
 from .block_table_view import BlockTableView
 
 
-class PrefixCacheView(traitlets.HasTraits):
+class PrefixCacheView(display.ShowsItself, traitlets.HasTraits):
     """A picture of a PrefixCache (the interface of ``paged_helpers.prefix_interface``).
 
     Traits (plain JSON, sequences named by ``str(seq)``):
@@ -154,6 +154,7 @@ class PrefixCacheView(traitlets.HasTraits):
     def _redraw(self) -> None:
         if self._screen is not None:
             self._screen.value = self.to_html()
+        self._update_snapshots()
 
     @property
     def widget(self) -> Any:

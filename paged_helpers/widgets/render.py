@@ -288,7 +288,8 @@ def pool_picture(
         f'<div class="ph-pool{" ph-compact" if compact else ""}" style="display:flex;flex-wrap:wrap;gap:0.35em;'
         f'max-width:{columns * tile_em + (columns - 1) * 0.35:.2f}em">'
         f"{tiles}</div>"
-        f'<div style="margin-top:0.5em;font-weight:600">Block tables (logical \u2192 physical)</div>'
+        '<div class="ph-tables-heading" style="margin-top:0.5em;font-weight:600">'
+        "Block tables (logical \u2192 physical)</div>"
         f"{block_tables(state, colours, copies, texts)}{legend(presentation) if show_legend else ''}"
     )
 
@@ -308,20 +309,30 @@ def legend(presentation: bool = False) -> str:
 
 
 def message_lines(lines: Iterable[str], latest_first: bool = True, presentation: bool = False) -> str:
-    """The demo's step log: the latest step large, the earlier ones small and muted."""
+    """The demo's step log: the latest step large; the earlier ones folded under it, newest first.
+
+    Only the latest line takes room: however many steps have run, the picture below it stays
+    where it is (a projector's screen holds the demo after any number of clicks). The earlier
+    steps are a ``<details>`` list, closed, that a click on "earlier steps (N)" opens.
+    """
     lines = list(lines)
     if not lines:
         return ""
     ordered = list(reversed(lines)) if latest_first else lines
     latest, earlier = ordered[0], ordered[1:]
-    return (
+    text = (
         f'<div class="ph-message" role="status" aria-live="polite" '
         f'style="font-size:1.1em;font-weight:600;margin:0.3em 0">{escape(latest)}</div>'
-        + "".join(
-            f'<div class="ph-earlier" style="font-size:{small(presentation)};color:{palette.MUTED_TEXT}">'
-            f"{escape(line)}</div>"
-            for line in earlier
-        )
+    )
+    if not earlier:
+        return text
+    style = f"font-size:{small(presentation)};color:{palette.MUTED_TEXT}"
+    return (
+        text
+        + f'<details class="ph-history" style="{style};margin:0 0 0.3em 0">'
+        + f'<summary style="cursor:pointer">earlier steps ({len(earlier)})</summary>'
+        + "".join(f'<div class="ph-earlier">{escape(line)}</div>' for line in earlier)
+        + "</details>"
     )
 
 
