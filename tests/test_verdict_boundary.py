@@ -150,3 +150,38 @@ def test_code_compiled_from_a_string_counts_as_the_students():
     exec(compile("import sys\ndef frame():\n    return sys._getframe()\n", "<string>", "exec"), namespace)
     assert learner_host._is_learner(namespace["frame"]())
     assert not learner_host._is_learner(sys._getframe())
+
+
+# A decorator on the decode kernel that writes a file when it runs: in the learner's process (inside
+# the sandbox, where the file lands in its own /tmp, or nowhere) it runs as the notebook loads; the
+# checker, which compiles the kernel for the GPU, must never run it.
+SPY = """
+MARKER = {marker!r}
+
+
+def spy(kernel):
+    try:
+        open(MARKER, "w").write("ran")
+    except OSError:
+        pass
+    return kernel
+"""
+
+
+@needs_bwrap
+def test_the_gpu_compile_reads_the_kernel_from_the_notebook_and_runs_none_of_it(tmp_path):
+    """The clean run's GPU compile happens in the checker, on the kernels read from the submitted
+    notebook as text: a kernel whose decorator runs code is refused there with a message, and the
+    decorator never runs outside the sandbox; the instructor's kernel compiles and passes."""
+    marker = tmp_path / "ran-in-the-checker"
+    test = "check_paged_decode(paged_decode_attention)\n"
+    notebook = instructor("07_paged_decode_kernel")
+    cell = next(c for c in notebook.cells if "def paged_decode_kernel" in c.source)
+    cell.source = SPY.format(marker=str(marker)) + cell.source.replace("@triton.jit\n", "@spy\n@triton.jit\n", 1)
+    verdict = _clean_run(tmp_path / "spy", notebook, "07_paged_decode_kernel", test)
+    assert verdict["passed"] is False, verdict
+    assert "a kernel source the compile refuses" in verdict["message"], verdict
+    assert "paged_decode_kernel's decorators (@spy, @triton.jit)" in verdict["message"], verdict
+    assert not marker.exists()
+    verdict = _clean_run(tmp_path / "honest", instructor("07_paged_decode_kernel"), "07_paged_decode_kernel", test)
+    assert verdict["passed"] is True, verdict
