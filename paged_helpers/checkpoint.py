@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .course_data import TINY_QWEN3, data_path
+from .data_files import TINY_QWEN3, data_path
 from .model import Qwen3, Qwen3Config, random_qwen3, tiny_config
 
 # What transformers' Qwen3Config assumes when config.json omits a key (transformers 5.x).
