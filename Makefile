@@ -28,7 +28,7 @@ NOTEBOOK ?=
 
 setup: $(STAMP)
 
-$(STAMP): $(PINS) pyproject.toml
+$(STAMP): $(PINS) pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r $(PINS)
 	$(BIN)/python -m pip install --quiet --no-deps -e .

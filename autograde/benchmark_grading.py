@@ -38,12 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import course  # autograde/course.py, beside this script (run as a script, its folder is on sys.path)
+from paged_grading import pgserver, report
+from paged_grading.guard import PACKAGE, installed_package_dir
 
-import course  # noqa: E402
-from paged_grading import pgserver, report  # noqa: E402
-from paged_grading.guard import PACKAGE, installed_package_dir  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TARGET_S = 45.0
 

@@ -31,13 +31,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TextIO
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
 # The light modules; those that import nbgrader or nbformat (seconds) are imported by the commands
 # that use them, so that every other command starts at once.
-from paged_grading import collect, course_files, coursedb, feedback_files, integrity, sandbox, workspace  # noqa: E402
+from paged_grading import collect, course_files, coursedb, feedback_files, integrity, sandbox, workspace
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 

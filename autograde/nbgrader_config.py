@@ -6,16 +6,9 @@ directory, so the same file serves a copy of the course elsewhere (tests load it
 ``load_subconfig``). Each notebook notebooks/NN_name.ipynb is the assignment NN_name.
 """
 
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # the course's preprocessors live in autograde/paged_grading
+from paged_grading.speed import cache_schema_version_lookup  # installed with the package (setup.py)
 
 c = get_config()  # noqa: F821  (provided by traitlets when it runs this file)
-
-from paged_grading.speed import cache_schema_version_lookup  # noqa: E402
 
 cache_schema_version_lookup()  # nbgrader would otherwise run `alembic heads` each time it opens the gradebook
 

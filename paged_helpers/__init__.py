@@ -24,8 +24,9 @@ Map of the package:
 """
 
 from . import device as _device  # first: sets TRITON_INTERPRET before anything imports triton
+from .checkpoint import tiny_qwen3
 from .device import DEVICE, banner
-from .model import Qwen3, Qwen3Config, tiny_qwen3
+from .model import Qwen3, Qwen3Config
 from .notebook_loader import NotebookLoadError, load_from_notebook
 from .unfinished import try_it
 from .words import tokenizer

@@ -1,4 +1,5 @@
-"""Load a real Qwen3 checkpoint (config.json + *.safetensors) from a local folder, and save one.
+"""Load a real Qwen3 checkpoint (config.json + *.safetensors) from a local folder, and save one;
+the course's tiny Qwen3 (``tiny_qwen3``) is loaded from its own checkpoint in data/ this way.
 
 Never downloads: point it at a folder you already have, for example a Hugging Face cache
 snapshot of Qwen/Qwen3-0.6B, or the course's own ``data/tiny-qwen3``.
@@ -21,7 +22,8 @@ from typing import Any
 
 import torch
 
-from .model import Qwen3, Qwen3Config
+from .data_files import TINY_QWEN3, data_path
+from .model import Qwen3, Qwen3Config, random_qwen3, tiny_config
 
 # What transformers' Qwen3Config assumes when config.json omits a key (transformers 5.x).
 HF_DEFAULTS: dict[str, Any] = {
@@ -247,3 +249,24 @@ def load_qwen3(folder: str | Path, device: torch.device | str | None = None, dty
     # bfloat16 halves the memory of a real checkpoint on a GPU; the CPU stays in float32.
     target_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     return model.to(device=device, dtype=target_dtype)
+
+
+def tiny_qwen3(
+    seed: int = 0,
+    config: Qwen3Config | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen3:
+    """The course's tiny Qwen3 (seed 0, default config) loaded from its checkpoint in data/, or
+    ``random_qwen3(seed, config)`` built in memory for any other seed or config.
+
+    The checkpoint goes through ``load_qwen3``, the same call that loads a real
+    Qwen3, so the loader's validation runs on every start; its logits equal the in-memory model's
+    exactly (tests/test_course_data.py).
+    """
+    from .device import DEVICE
+
+    device = device or DEVICE
+    if seed == 0 and (config is None or config == tiny_config()):
+        return load_qwen3(data_path(TINY_QWEN3), device=device, dtype=dtype)
+    return random_qwen3(seed, config).to(device=device, dtype=dtype)

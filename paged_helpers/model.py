@@ -525,27 +525,3 @@ def random_qwen3(seed: int = 0, config: Qwen3Config | None = None) -> Qwen3:
                 fan_in = parameter.shape[1]
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(fan_in))
     return model.eval()
-
-
-def tiny_qwen3(
-    seed: int = 0,
-    config: Qwen3Config | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> Qwen3:
-    """The course's tiny Qwen3 (seed 0, default config) loaded from its checkpoint in data/, or
-    ``random_qwen3(seed, config)`` built in memory for any other seed or config.
-
-    The checkpoint goes through ``checkpoint.load_qwen3``, the same call that loads a real
-    Qwen3, so the loader's validation runs on every start; its logits equal the in-memory model's
-    exactly (tests/test_course_data.py).
-    """
-    from .device import DEVICE
-
-    device = device or DEVICE
-    if seed == 0 and (config is None or config == tiny_config()):
-        from .checkpoint import load_qwen3
-        from .course_data import TINY_QWEN3, data_path
-
-        return load_qwen3(data_path(TINY_QWEN3), device=device, dtype=dtype)
-    return random_qwen3(seed, config).to(device=device, dtype=dtype)

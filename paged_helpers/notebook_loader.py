@@ -135,6 +135,12 @@ def _still_unimplemented(node: ast.AST) -> bool:
     return False
 
 
+def is_kept_definition(node: ast.stmt) -> bool:
+    """A top-level statement ``load_definitions`` runs: an import, a function or class, a constant,
+    or an earlier notebook's name. Nothing else of a notebook runs when its definitions load."""
+    return isinstance(node, _DEFINITIONS) or _is_constant_assignment(node) or _is_earlier_notebook_import(node)
+
+
 def _unimplemented_parts(node: ast.stmt) -> list[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return [node.name] if _still_unimplemented(node) else []
@@ -145,6 +151,11 @@ def _unimplemented_parts(node: ast.stmt) -> list[str]:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _still_unimplemented(item)
         ]
     return []
+
+
+def code_cells(path: Path) -> list[tuple[int, str]]:
+    """(index among all cells, source with IPython-only lines blanked) of each code cell at ``path``."""
+    return [(index, _cell_source_without_magics(source)) for index, source in _code_cells(path)]
 
 
 def _code_cells(path: Path) -> list[tuple[int, str]]:
@@ -226,11 +237,7 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
         ast.increment_lineno(tree, sum(piece.count("\n") + 1 for piece in cell_sources))
         cell_sources.append(source)
         for node in tree.body:
-            if (
-                isinstance(node, _DEFINITIONS)
-                or _is_constant_assignment(node)
-                or _is_earlier_notebook_import(node)
-            ):
+            if is_kept_definition(node):
                 kept.append(node)
                 unimplemented += _unimplemented_parts(node)
     filename = f"{path} (code cells)"

@@ -107,6 +107,6 @@ class WordTokenizer:
 
 def tokenizer() -> WordTokenizer:
     """The tiny Qwen3's tokenizer, read from ``data/tiny-qwen3/vocab.json``."""
-    from .course_data import TINY_QWEN3, data_path
+    from .data_files import TINY_QWEN3, data_path
 
     return WordTokenizer.from_file(data_path(TINY_QWEN3, "vocab.json"))

@@ -56,14 +56,14 @@ class LengthTrace:
 
 def workload_names() -> list[str]:
     """``uniform`` and the name of every trace file in the data folder."""
-    from .course_data import data_path
+    from .data_files import data_path
 
     return [UNIFORM, *sorted(path.stem for path in data_path("workloads").glob("*.json"))]
 
 
 def length_trace(name: str) -> LengthTrace:
     """The trace ``data/workloads/NAME.json``."""
-    from .course_data import data_path
+    from .data_files import data_path
 
     names = workload_names()
     if name not in names[1:]:

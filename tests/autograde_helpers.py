@@ -27,14 +27,8 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
-AUTOGRADE = ROOT / "autograde"
-if str(AUTOGRADE) not in sys.path:
-    sys.path.insert(0, str(AUTOGRADE))
-
-# Re-exported for the test modules, so that they need not touch sys.path themselves.
-from paged_grading import (  # noqa: E402
+# Re-exported for the test modules (``paged_grading`` is installed with the package: setup.py).
+from paged_grading import (
     collect,
     coursedb,
     execute,
@@ -53,6 +47,11 @@ from paged_grading import (  # noqa: E402
     sanitize,
     second_opinion,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+AUTOGRADE = ROOT / "autograde"
+
 
 __all__ = [
     "collect",
@@ -77,10 +76,19 @@ __all__ = [
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def course_notebooks() -> list[str]:
-    from course import course_notebooks as names
+@functools.cache
+def course_script():
+    """autograde/course.py, the instructor's command, as a module (it is a script, not a package)."""
+    import importlib.util
 
-    return names(NOTEBOOKS)
+    spec = importlib.util.spec_from_file_location("course", AUTOGRADE / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def course_notebooks() -> list[str]:
+    return course_script().course_notebooks(NOTEBOOKS)
 
 
 def _scratch(prefix: str) -> Path:

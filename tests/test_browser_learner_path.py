@@ -13,17 +13,14 @@ Screenshots (the first and last screen of each notebook) and timing.json go to
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import pytest
+from paged_grading import release_check
 
 from browser_support import CHROMIUM, LAB_SETTINGS, chromium_page, error_outputs, run_all_cells
 from conftest import NOTEBOOKS, ROOT
 from lab_support import get, make_server
-
-sys.path.insert(0, str(ROOT / "autograde"))
-from paged_grading import release_check  # noqa: E402
 
 pytestmark = pytest.mark.browser
 

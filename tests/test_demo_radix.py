@@ -114,7 +114,7 @@ def test_reused_blocks_give_from_scratch_logits(classes):
     """A chat's later turns reuse the tree's blocks on the tiny Qwen3 and still match a fresh run."""
     import torch
 
-    from paged_helpers.model import tiny_qwen3
+    from paged_helpers.checkpoint import tiny_qwen3
 
     model = tiny_qwen3(0, device="cpu")
     config = model.config

@@ -46,7 +46,6 @@ def test_a_config_nbgrader_would_ignore_is_refused(tmp_path, config, words):
 
 
 def _course(tmp_path):
-    sys.path.insert(0, str(AUTOGRADE))
     from paged_grading import course_files
 
     root = tmp_path / "course"

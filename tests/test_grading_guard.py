@@ -171,8 +171,9 @@ def _fake_guard_root(tmp_path):
 
 
 def test_shards_split_a_class_without_overlap():
-    import course
+    from autograde_helpers import course_script
 
+    course = course_script()
     students = [f"s{k:02d}" for k in range(10)]
     shards = [course.shard_of(students, f"{i}/3") for i in (1, 2, 3)]
     assert sorted(sum(shards, [])) == students
@@ -496,7 +497,6 @@ def test_an_answer_read_back_from_printed_text_fails_the_clean_run(tmp_path):
 
 GRADER_THAT_GETS_KILLED = """
 import subprocess, sys, time
-sys.path.insert(0, {autograde!r})
 from paged_grading import sandbox
 from pathlib import Path
 box = sandbox.Sandbox(sandbox.Submission(Path({root!r}), "alice", "02_block_allocator"))
@@ -508,10 +508,9 @@ time.sleep(120)
 
 
 def _start_grader(tmp_path):
-    from autograde_helpers import AUTOGRADE
 
     submission = _student_course(tmp_path)
-    script = GRADER_THAT_GETS_KILLED.format(autograde=str(AUTOGRADE), root=str(submission.root))
+    script = GRADER_THAT_GETS_KILLED.format(root=str(submission.root))
     grader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     private, cgroup, kernel = grader.stdout.readline().split(" ")
     return grader, Path(private), Path(cgroup) if cgroup else None, int(kernel)

@@ -7,59 +7,57 @@
 
 A layer imports only the layers below it: ``running`` knows nothing of views, checks or demos;
 ``learner_view`` (which the learner's process holds whole while grading) nothing of checks,
-references or demos; ``checks`` nothing of demos. Every import is counted: at the top of a module
-and inside a function.
+references or demos; ``checks`` nothing of demos or widgets; and no module of any package imports
+itself around a loop (``report`` and ``strict``, ``model`` and ``checkpoint`` once did). The
+contracts are import-linter's, in pyproject.toml; every import counts, at the top of a module and
+inside a function.
 """
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
-PACKAGE = Path(__file__).resolve().parent.parent / "paged_helpers"
-
-# layer -> sub-packages of paged_helpers its modules may not import
-FORBIDDEN = {
-    "running": ("learner_view", "checks", "demos", "reference", "widgets", "plots"),
-    "learner_view": ("checks", "demos", "reference", "widgets", "plots"),
-    "checks": ("demos", "widgets"),
-}
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"  # import-linter, pinned in requirements/
 
 
-def _imported(path: Path) -> set[str]:
-    """The paged_helpers sub-packages ``path`` imports (its relative imports resolved)."""
-    module_parts = ("paged_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module_parts[: len(module_parts) - node.level]
-                target = (*base, *(node.module.split(".") if node.module else ()))
-                names = [(*target, alias.name) for alias in node.names] if not node.module else [target]
-            else:
-                names = [tuple(node.module.split("."))] if node.module else []
-            for name in names:
-                if name[:1] == ("paged_helpers",) and len(name) > 1:
-                    found.add(name[1])
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "paged_helpers" and len(parts) > 1:
-                    found.add(parts[1])
-    return found
+def _lint(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_a_layer_imports_only_the_layers_below_it(layer):
-    broken = {
-        str(path.relative_to(PACKAGE)): sorted(_imported(path) & set(FORBIDDEN[layer]))
-        for path in sorted((PACKAGE / layer).rglob("*.py"))
-    }
-    assert not {module: bad for module, bad in broken.items() if bad}, broken
+def test_the_layer_and_cycle_contracts_hold():
+    done = _lint()
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "4 kept, 0 broken" in done.stdout, done.stdout[-2000:]
 
 
-def test_the_reader_sees_relative_imports():
-    probe = PACKAGE / "checks" / "radix_logits.py"
-    assert {"learner_view", "model"} <= _imported(probe)
+def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
+    """The contracts can fail: a copy of the package where ``failure`` imports ``report`` back and
+    ``running`` imports a check."""
+    import shutil
+
+    copy = tmp_path / "project"
+    shutil.copytree(
+        ROOT / "paged_helpers", copy / "paged_helpers", ignore=shutil.ignore_patterns("__pycache__", "files")
+    )
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    with open(copy / "paged_helpers" / "checks" / "failure.py", "a") as handle:
+        handle.write("\nfrom . import report  # a cycle\n")
+    with open(copy / "paged_helpers" / "running" / "graded.py", "a") as handle:
+        handle.write("\nfrom ..checks import report  # upward\n")
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0, done.stdout
+    assert "2 kept, 2 broken" in done.stdout, done.stdout[-3000:]
+    assert ".failure -> .report" in done.stdout and "paged_helpers.running.graded" in done.stdout, done.stdout

@@ -19,6 +19,7 @@ import nbformat
 import pytest
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
+from paged_grading import publish, workspace
 
 import paged_helpers as ph
 from paged_helpers.checks import check_block_allocator, check_copy_on_write, check_physical_slot
@@ -29,9 +30,6 @@ from paged_helpers.running.graded import GRADED_ENV
 from autograde_helpers import kernel_guard
 from conftest import NOTEBOOKS, ROOT, solution, strip_ansi
 from student_release import write_release
-
-sys.path.insert(0, str(ROOT / "autograde"))
-from paged_grading import publish, workspace  # noqa: E402
 
 _cells = itertools.count()
 

@@ -94,7 +94,7 @@ DEFINITIONS = package_definitions()
 
 def test_the_package_was_searched():
     names = {name for name, _ in DEFINITIONS}
-    assert "paged_helpers.baselines.StaticKVCache" in names and "paged_helpers.model.tiny_qwen3" in names
+    assert "paged_helpers.baselines.StaticKVCache" in names and "paged_helpers.checkpoint.tiny_qwen3" in names
 
 
 @pytest.mark.parametrize("capability", CAPABILITIES, ids=lambda c: c.info.name)

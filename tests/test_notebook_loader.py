@@ -123,7 +123,7 @@ def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
 
 _CLEAN_RUN_OF_A_V3_NOTEBOOK = """
 import sys
-sys.path[:0] = [sys.argv[2], sys.argv[3]]  # this tree's paged_helpers, and autograde/
+sys.path[:0] = [sys.argv[2]]  # this tree's paged_helpers
 from paged_grading import learner_host  # records the import system, as the clean run's learner process does
 from paged_helpers.notebook_loader import load_definitions
 
@@ -151,7 +151,7 @@ def test_a_version_3_notebook_loads_without_touching_the_import_system(tmp_path)
     nbformat.write(nbformat.convert(solved, 3), path, version=3)
     assert '"worksheets"' in path.read_text() and '"nbformat": 3' in path.read_text()
     run = subprocess.run(
-        [sys.executable, "-c", _CLEAN_RUN_OF_A_V3_NOTEBOOK, str(path), str(ROOT), str(ROOT / "autograde")],
+        [sys.executable, "-c", _CLEAN_RUN_OF_A_V3_NOTEBOOK, str(path), str(ROOT)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -9,13 +9,13 @@ import pytest
 
 from paged_helpers.checks import CheckFailed, NotImplementedYet
 from paged_helpers.checks.pool_accounts import block_holders, expect_all_free, expect_pool_matches
+from paged_helpers.checks.pool_invariant import PoolReading
 from paged_helpers.checks.report import (
     CacheSnapshot,
     ceil_div,
     expect_raise,
     expect_refused,
 )
-from paged_helpers.pool_invariant import PoolReading
 
 
 def test_a_consistent_pool_has_no_problem():

@@ -150,3 +150,131 @@ def test_code_compiled_from_a_string_counts_as_the_students():
     exec(compile("import sys\ndef frame():\n    return sys._getframe()\n", "<string>", "exec"), namespace)
     assert learner_host._is_learner(namespace["frame"]())
     assert not learner_host._is_learner(sys._getframe())
+
+
+# A decorator on the decode kernel that writes a file when it runs: in the learner's process (inside
+# the sandbox, where the file lands in its own /tmp, or nowhere) it runs as the notebook loads; the
+# checker, which compiles the kernel for the GPU, must never run it.
+SPY = """
+MARKER = {marker!r}
+
+
+def spy(kernel):
+    try:
+        open(MARKER, "w").write("ran")
+    except OSError:
+        pass
+    return kernel
+"""
+
+
+@needs_bwrap
+def test_the_gpu_compile_reads_the_kernel_from_the_notebook_and_runs_none_of_it(tmp_path):
+    """The clean run's GPU compile happens in the checker, on the kernels read from the submitted
+    notebook as text: a kernel whose decorator runs code is refused there with a message, and the
+    decorator never runs outside the sandbox; the instructor's kernel compiles and passes."""
+    marker = tmp_path / "ran-in-the-checker"
+    test = "check_paged_decode(paged_decode_attention)\n"
+    notebook = instructor("07_paged_decode_kernel")
+    cell = next(c for c in notebook.cells if "def paged_decode_kernel" in c.source)
+    cell.source = SPY.format(marker=str(marker)) + cell.source.replace("@triton.jit\n", "@spy\n@triton.jit\n", 1)
+    verdict = _clean_run(tmp_path / "spy", notebook, "07_paged_decode_kernel", test)
+    assert verdict["passed"] is False, verdict
+    assert "a kernel source the compile refuses" in verdict["message"], verdict
+    assert "paged_decode_kernel's decorators (@spy, @triton.jit)" in verdict["message"], verdict
+    assert not marker.exists()
+    verdict = _clean_run(tmp_path / "honest", instructor("07_paged_decode_kernel"), "07_paged_decode_kernel", test)
+    assert verdict["passed"] is True, verdict
+
+
+# The audit's reseeding attack: from a class body, every random.Random seeds 0 and random.seed too,
+# so that, were the hidden scenarios drawn in the learner's process, they would be the ones seed 0
+# gives, which a student can run at home and tune an allocator to.
+RESEED_ZERO = """
+class _Reseed:
+    import random
+
+    class _SeedsZero(random.Random):
+        def seed(self, a=None, version=2):
+            super().seed(0, version)
+
+    random.Random = _SeedsZero
+    _seed = random.seed
+    random.seed = lambda *args, **kwargs: _Reseed._seed(0)
+"""
+# Right on the pool sizes the attack would make the check use, one block too many on any other.
+TUNED = """
+POOL_SIZES_OF_SEED_0 = {sizes!r}
+
+
+class BlockAllocator(BlockAllocator):
+    def __init__(self, num_blocks):
+        super().__init__(num_blocks if num_blocks in POOL_SIZES_OF_SEED_0 else num_blocks + 1)
+"""
+ALLOCATOR_TEST = (
+    "check_block_allocator(BlockAllocator)\n"
+    "### BEGIN HIDDEN TESTS\n"
+    "check_block_allocator(BlockAllocator, seed=2026, hidden=True)\n"
+    "### END HIDDEN TESTS\n"
+)
+SECRET_SEED = 1_234_567_891  # what _clean_run gives the hidden calls
+
+
+def _pool_sizes(allocator_class, seed: int | None = None) -> set[int]:
+    """The pool sizes ``check_block_allocator`` asks for in its visible call, and in its hidden call
+    with ``seed`` when one is given."""
+    from paged_helpers.checks import check_block_allocator
+
+    sizes: set[int] = set()
+
+    class Recording(allocator_class):
+        def __init__(self, num_blocks):
+            sizes.add(num_blocks)
+            super().__init__(num_blocks)
+
+    check_block_allocator(Recording)
+    if seed is not None:
+        check_block_allocator(Recording, seed=seed, hidden=True)
+    return sizes
+
+
+def _reseeding_zero(monkeypatch) -> None:
+    """The attack, done to this process: what it would do to checks that ran beside student code."""
+    import random
+
+    monkeypatch.setattr(random, "Random", random.Random)  # the originals, put back afterwards
+    monkeypatch.setattr(random, "seed", random.seed)
+    exec(RESEED_ZERO, {})  # noqa: S102 - the submission's own class body, run here on purpose
+
+
+@needs_bwrap
+def test_reseeding_random_from_a_class_body_leaves_the_hidden_scenarios_secret(tmp_path, monkeypatch):
+    """The seeds of the clean run's hidden scenarios are drawn in the checker, which no class body
+    reaches: an allocator tuned to the scenarios the attack would produce fails the hidden call there,
+    and an honest allocator with the same class body keeps its marks."""
+    from paged_helpers.checks import check_block_allocator
+
+    from autograde_helpers import insert_cell_after, instructor
+    from conftest import solution
+
+    honest_class = solution("02_block_allocator", "BlockAllocator")
+    secret_sizes = _pool_sizes(honest_class, SECRET_SEED)
+    with monkeypatch.context() as patched:
+        _reseeding_zero(patched)
+        # every seed is 0 now: the pools of seed 0, which a student can list at home
+        sizes_of_seed_0 = _pool_sizes(honest_class, SECRET_SEED)
+        # the attack works where the checks share the student's process: the tuned allocator passes
+        namespace = {"BlockAllocator": honest_class}
+        exec(TUNED.format(sizes=sorted(sizes_of_seed_0)), namespace)  # noqa: S102
+        check_block_allocator(namespace["BlockAllocator"], seed=SECRET_SEED, hidden=True)
+    sizes_of_seed_0 |= _pool_sizes(honest_class)  # the visible call's pools: a student sees them at home
+    assert secret_sizes - sizes_of_seed_0, "the secret seed's pools are all among seed 0's: pick another seed"
+
+    cheat = insert_cell_after(
+        instructor("02_block_allocator"), "block_allocator", RESEED_ZERO + TUNED.format(sizes=sorted(sizes_of_seed_0))
+    )
+    verdict = _clean_run(tmp_path / "cheat", cheat, "02_block_allocator", ALLOCATOR_TEST)
+    assert verdict["passed"] is False and verdict["hidden"] is True, verdict  # failed in a hidden scenario
+    honest = insert_cell_after(instructor("02_block_allocator"), "block_allocator", RESEED_ZERO)
+    verdict = _clean_run(tmp_path / "honest", honest, "02_block_allocator", ALLOCATOR_TEST)
+    assert verdict["passed"] is True, verdict

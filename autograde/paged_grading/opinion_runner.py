@@ -19,7 +19,10 @@ launcher, and every call, attribute read or kernel run is a request answered in 
 floats, strings, lists, dicts, tensors as bytes). Whatever the learner's process sends is data:
 it may answer wrongly (the check fails), crash or hang (the cell fails, with a message), break the
 protocol (the cell fails) or report what its audit watch saw (flags, which fail the cell and
-reach the integrity log); it cannot write a verdict, since none is ever read from it.
+reach the integrity log); it cannot write a verdict, since none is ever read from it. The GPU
+compile of a kernel check runs here too, on the kernels' source read from the submitted notebook
+as text and validated before any of it runs (``paged_helpers.running.kernel_source``); the
+learner's process only reports which kernels its launcher launched, with what arguments.
 
 The grader (``second_opinion``) turns these verdicts into scores.
 """
@@ -69,7 +72,13 @@ class LearnerZygote:
             self.start()
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
-        peer = Peer(self.process.stdout.fileno(), self.process.stdin.fileno(), serves="calls", make_proxy=Remote)
+        peer = Peer(
+            self.process.stdout.fileno(),
+            self.process.stdin.fileno(),
+            serves="calls",
+            make_proxy=Remote,
+            notebook=request["notebook"],  # read here as text: the kernels the GPU compile compiles
+        )
         peer.buffer, peer.deadline = self.buffer, deadline
         return peer, peer._receive()
 

@@ -125,10 +125,10 @@ def installed_package_dir() -> Path:
 def course_data_dirs() -> list[Path]:
     """The package's data folder (checkpoint, vocabulary, traces), as the package itself finds it.
 
-    ``paged_helpers.course_data`` is loaded on its own from its file (it needs only pathlib), so
+    ``paged_helpers.data_files`` is loaded on its own from its file (it needs only pathlib), so
     the grader does not import torch to learn where the data is.
     """
-    module_file = installed_package_dir() / "course_data" / "__init__.py"
+    module_file = installed_package_dir() / "data_files.py"
     if not module_file.is_file():
         return []
     spec = importlib.util.spec_from_file_location("_paged_course_data_probe", module_file)

@@ -18,7 +18,7 @@ import random
 from collections import deque
 
 from ..learner_view.remote import learner_type
-from ..pool_invariant import PoolReading
+from .pool_invariant import PoolReading
 from .report import Hint, call_learner, check, expect_raise, fail, run_hidden_scenarios
 from .strict import learner_int, learner_int_list, look_alike, type_name
 

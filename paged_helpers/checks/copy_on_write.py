@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
+from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import assign
-from ..model import tiny_qwen3
 from ..workloads import fork_prompt
 from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
 from .report import Hint, call_learner, ceil_div, check, expect_refused, fail

@@ -21,8 +21,8 @@ import functools
 from collections import Counter
 from typing import Any
 
+from ..checkpoint import tiny_qwen3
 from ..learner_view.subclass import subclass
-from ..model import tiny_qwen3
 from . import engine_rules as rules
 from .report import CheckFailed, call_learner, fail
 from .strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked

@@ -37,10 +37,11 @@ from typing import Any
 
 import torch
 
+from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.calls import run_watched
 from ..learner_view.remote import is_remote
-from ..model import PagedAttention, tiny_qwen3
+from ..model import PagedAttention
 from ..reference import paged_decode_reference, paged_prefill_reference
 from ..running.launch_watch import genuine_triton_kernel
 from ..workloads import fork_prompt

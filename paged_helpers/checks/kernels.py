@@ -35,6 +35,7 @@ from ..running import spawned
 from ..running.gpu_compile import TARGETS, CompileResult, Launch, explain_failure
 from ..running.guard_bands import SENTINEL
 from ..running.isolated import Outcome
+from ..running.kernel_source import KernelSourceRefused
 from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .kernel_scenarios import (
     DECODE_CASES,
@@ -381,6 +382,14 @@ def _check_gpu_compile(what: str, launcher: Callable, cases: tuple, make_args: C
         launches += [launch.with_dtype(str(_CAPTURE_DTYPE).removeprefix("torch."), _GPU_DTYPE) for launch in captured]
     try:
         results = compile_for_gpu(launcher, launches, TARGETS)
+    except KernelSourceRefused as error:  # compiling it would run what a kernel's module may not hold
+        fail(
+            f"{what}, compiled for a GPU (sm_{TARGETS[-1]}, {_GPU_DTYPE})",
+            "kernels whose module holds only what a Triton kernel needs, so that compiling them runs nothing else",
+            f"a kernel source the compile refuses:\n{error}",
+            "keep a kernel's cell to imports of triton, triton.language and math, constants and "
+            "@triton.jit functions with literal defaults; do the rest in the launcher",
+        )
     except RuntimeError as error:  # the compiler's toolchain, not the learner's kernel
         print(f"note: the GPU compile could not run here: {str(error).splitlines()[0]}")
         return

@@ -900,7 +900,7 @@ class _ModelRun(_Harness):
     """The harness under the tiny Qwen3: also each sequence's tokens so far, for from-scratch runs."""
 
     def __init__(self, PagedKVCache: type, block_size: int) -> None:  # noqa: N803
-        from ..model import tiny_qwen3
+        from ..checkpoint import tiny_qwen3
 
         self.model = tiny_qwen3(seed=0)
         config = self.model.config

@@ -2,7 +2,7 @@
 
 The checks of notebooks 03 and 04 keep their own account of every block table; these helpers
 compare it with the learner's allocator through the pool's one invariant reader
-(``paged_helpers.pool_invariant.PoolReading``): each block's count is the number of its holders,
+(``pool_invariant.PoolReading``): each block's count is the number of its holders,
 the free list is exactly the blocks nobody holds, each once, and ``num_free`` is its length.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..pool_invariant import PoolReading
+from .pool_invariant import PoolReading
 from .report import Hint, call_learner, fail
 
 PAGED_CACHE_SIZES = ("layers", "num_blocks", "block_size", "kv_heads", "head_dim")

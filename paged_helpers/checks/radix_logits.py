@@ -29,9 +29,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import create_holding
-from ..model import tiny_config, tiny_qwen3
+from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .report import call_learner, ceil_div, check, fail
 from .scratch import expect_from_scratch, forward_through_cache

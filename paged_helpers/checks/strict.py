@@ -22,7 +22,7 @@ from typing import Any
 from ..learner_view.remote import is_remote, plain, remote_type, remote_value_like
 from ..running.launch_watch import class_attribute as _lookup
 from ..running.launch_watch import class_mro as _mro
-from .report import fail, refuse
+from .failure import fail, refuse
 
 
 def type_name(value: Any) -> str:

@@ -1,51 +1,20 @@
-"""Where the course's data files are: ``data/`` in a clone, package data after ``pip install .``.
+"""The course's data files: where they are (``paged_helpers.data_files``, re-exported here) and how
+the built ones are made.
 
-The folder holds the tiny Qwen3 checkpoint and its word vocabulary, the course's corpus and
-prompts, the request-length traces and the expected figures (CONTRIBUTING.md lists each file
-and how it is made). ``python -m paged_helpers.course_data build`` remakes the built files;
-``... check`` compares them with ``SHA256SUMS``.
+``python -m paged_helpers.course_data build`` remakes the built files (``build.py``);
+``... check`` compares them with ``SHA256SUMS``. CONTRIBUTING.md lists each file and how it is made.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..data_files import (
+    CHECKSUMS,
+    INSTALLED_NAME,
+    TINY_QWEN3,
+    course_prompts,
+    data_dir,
+    data_path,
+    expected_figures,
+)
 
-TINY_QWEN3 = "tiny-qwen3"  # the checkpoint folder: config.json, model.safetensors, vocab.json
-CHECKSUMS = "SHA256SUMS"  # the built files' sha256, one "digest  relative/path" per line
-# pyproject installs the repository's data/ as this subpackage's folder (see setup.py).
-INSTALLED_NAME = "files"
-
-
-def data_dir() -> Path:
-    """The course's data folder: the clone's ``data/`` first, else the installed copy."""
-    package = Path(__file__).resolve().parent
-    candidates = (package.parent.parent / "data", package / INSTALLED_NAME)
-    for candidate in candidates:
-        if (candidate / CHECKSUMS).is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"the course's data folder is missing: looked for {CHECKSUMS} in {', '.join(map(str, candidates))}; "
-        "reinstall paged_helpers (pip install .) or run from a clone of the course"
-    )
-
-
-def data_path(*parts: str) -> Path:
-    """A file or folder inside the data folder; FileNotFoundError naming it when it is absent."""
-    path = data_dir().joinpath(*parts)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing from the course's data folder")
-    return path
-
-
-def expected_figures() -> dict:
-    """data/expected_figures.json: the chapter's figures and the course's reference numbers."""
-    import json
-
-    return json.loads(data_path("expected_figures.json").read_text())
-
-
-def course_prompts() -> dict:
-    """data/prompts.json: the course's prompts as text (a system prompt, questions, a prompt to fork, examples)."""
-    import json
-
-    return json.loads(data_path("prompts.json").read_text())
+__all__ = ["CHECKSUMS", "INSTALLED_NAME", "TINY_QWEN3", "course_prompts", "data_dir", "data_path", "expected_figures"]

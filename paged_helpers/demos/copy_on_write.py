@@ -13,7 +13,7 @@ import argparse
 
 import torch
 
-from ..model import tiny_qwen3
+from ..checkpoint import tiny_qwen3
 from ..workloads import fork_prompt
 from .implementation import add_impl_argument, load_impl
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..model import tiny_qwen3
+from ..checkpoint import tiny_qwen3
 from ..serving import BusyClock, EngineMetrics, ProgressBar, Serving, one_thread
 from ..workloads import serving_workload
 from .implementation import add_impl_argument, load_impl

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
+from ..checkpoint import tiny_qwen3
 from ..checks.scratch import logit_tolerance
 from ..device import DEVICE, INFO
-from ..model import PagedAttention, tiny_qwen3
+from ..model import PagedAttention
 
 __all__ = ["DEFAULT_DTYPES", "format_gaps", "measure_logit_gaps"]
 

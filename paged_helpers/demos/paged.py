@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..plots.utilization import slots_reserved_paged
 from ..workloads import (
     CHAPTER_LENGTHS_SEED,
     UNIFORM,
@@ -13,13 +14,6 @@ from ..workloads import (
     workload_names,
 )
 from .implementation import add_impl_argument, load_impl
-
-
-def slots_reserved_paged(lengths: list[int], block_size: int) -> int:
-    """Token slots held when each request takes whole blocks of ``block_size`` tokens."""
-    if block_size < 1:
-        raise ValueError(f"block_size must be at least 1, got {block_size}")
-    return sum(-(-length // block_size) * block_size for length in lengths)
 
 
 def slots_reserved_by_cache(paged_cache_class, lengths: list[int], block_size: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..model import tiny_qwen3
+from ..checkpoint import tiny_qwen3
 from ..workloads import shared_prefix_prompts
 from .implementation import add_impl_argument, load_impl
 

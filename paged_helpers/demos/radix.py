@@ -316,7 +316,8 @@ MODELS = {
 
 def load_model(name: str, seed: int) -> Any:
     """The Qwen3 the timed prefills run on: the course's tiny one, or a larger random one."""
-    from ..model import random_qwen3, tiny_config, tiny_qwen3
+    from ..checkpoint import tiny_qwen3
+    from ..model import random_qwen3, tiny_config
 
     if name == "tiny":
         return tiny_qwen3(seed, device="cpu")

@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
-from ..model import PagedAttention, tiny_qwen3
+from ..model import PagedAttention
 from ..serving import BusyClock, EngineMetrics, Serving, one_thread
 from ..workloads import serving_workload
 from .implementation import add_impl_argument, load_impl

@@ -4,8 +4,11 @@ A kernel check asks ``run_watched("kernel", launcher, args, limit)`` and gets an
 the lab the launcher is the learner's own function and runs here, in a forked child
 (``running.isolated``). When grading it is a ``Remote``: the same run happens in the learner's
 process (``run_here`` there, through the protocol's ``run`` operation), and only the outcome
-crosses, as plain data. The GPU compile goes the same way (``compile_for_gpu``): the kernel's
-source is the learner's code, so it is compiled where the learner's code may run.
+crosses, as plain data. The GPU compile (``compile_for_gpu``) runs on the checking side: the
+learner's process reports the launches it made (kernel names, argument types, constexprs: a
+``capture`` run), and the kernels' source is read from the notebook as text
+(``running.kernel_source``: validated, so compiling it runs nothing of the learner's), never
+taken from the learner's process, which compiles nothing.
 
 The kinds of run: ``kernel`` (``launch_watch.watched``: result, launch counts, guard bands, which
 tensor the kernels wrote), ``warmup`` (``launch_watch.watched_call`` with the outputs' whole
@@ -20,6 +23,7 @@ from typing import Any
 
 from ..running.gpu_compile import CompileResult, Launch, capture_launches, compile_launches
 from ..running.isolated import Outcome, run_isolated
+from ..running.kernel_source import kernel_module_from_notebook
 from ..running.launch_watch import watched, watched_call
 from .remote import is_remote, remote_peer
 
@@ -54,12 +58,19 @@ def run_watched(kind: str, launcher: Callable, args: tuple, time_limit: float, b
 
 
 def compile_for_gpu(launcher: Callable, launches: list[Launch], targets: tuple[int, ...]) -> list[CompileResult]:
+    """``launches`` compiled for ``targets``, here. A ``Remote`` launcher's launches are compiled from
+    the kernels of the notebook its process loaded, read as text (``kernel_module_from_notebook``):
+    of what that process reported, only the kernels' names and arguments are used.
+
+    Raises ``KernelSourceRefused`` (a kernel's module holds what compiling it would run) and
+    RuntimeError (no compiler here)."""
     if not is_remote(launcher):
         return compile_launches(launches, targets)
-    data = remote_peer(launcher).request(
-        "run", name="compile", target=launcher, args=[[launch_to_data(x) for x in launches], list(targets)], kwargs={}
-    )
-    return [result_from_data(item) for item in _list(data)]
+    notebook = remote_peer(launcher).notebook
+    if notebook is None:
+        raise RuntimeError("no notebook to read the kernels' source from")
+    module = kernel_module_from_notebook(notebook, sorted({launch.kernel for launch in launches}))
+    return compile_launches([launch.with_source(module.source) for launch in launches], targets)
 
 
 # -- the learner's end of ``run`` -------------------------------------------------------------
@@ -67,10 +78,6 @@ def compile_for_gpu(launcher: Callable, launches: list[Launch], targets: tuple[i
 
 def serve_run(kind: Any, launcher: Any, *args: Any) -> Any:
     """What the learner's process answers to a ``run`` request (see ``peer``)."""
-    if kind == "compile":
-        launches, targets = args
-        results = compile_launches([launch_from_data(x) for x in launches], tuple(targets))
-        return [result_to_data(result) for result in results]
     if kind not in KINDS:
         raise ValueError(f"no such kind of run: {kind!r}")
     call_args, time_limit, buffers = args
@@ -124,6 +131,10 @@ def launch_to_data(launch: Launch) -> dict:
 def _descriptor(value: Any) -> dict:
     if type(value) is not dict or len(value) != 1 or not set(value) <= {"tensor", "value"}:
         raise TypeError("a launch argument that is not a descriptor")
+    if "tensor" in value and type(value["tensor"]) is not str:
+        raise TypeError("a tensor argument whose dtype is not a name")
+    if "value" in value and type(value["value"]) not in (bool, int, float, str, type(None)):
+        raise TypeError("a launch argument that is not a number, a bool, a string or None")
     return value
 
 
@@ -140,40 +151,4 @@ def launch_from_data(data: Any) -> Launch:
         module_source=data["module_source"],
         args=tuple(_descriptor(item) for item in _list(data.get("args"))),
         kwargs=tuple(kwargs),
-    )
-
-
-def result_to_data(result: CompileResult) -> dict:
-    return {
-        "launch": launch_to_data(result.launch),
-        **{
-            name: getattr(result, name)
-            for name in ("target", "ok", "seconds", "registers", "spill_bytes", "num_warps", "error", "dot")
-        },
-    }
-
-
-def result_from_data(data: Any) -> CompileResult:
-    if type(data) is not dict:
-        raise TypeError("a compile result that is not one")
-
-    def number(name: str) -> int | None:
-        value = data.get(name)
-        if value is not None and type(value) is not int:
-            raise TypeError(f"a compile result's {name} is not an int")
-        return value
-
-    if type(data.get("ok")) is not bool or type(data.get("target")) is not int:
-        raise TypeError("a compile result without ok and target")
-    dot = data.get("dot")
-    return CompileResult(
-        launch=launch_from_data(data.get("launch")),
-        target=data["target"],
-        ok=data["ok"],
-        seconds=float(data["seconds"]) if type(data.get("seconds")) in (int, float) else 0.0,
-        registers=number("registers"),
-        spill_bytes=number("spill_bytes"),
-        num_warps=number("num_warps"),
-        error=str(data.get("error", ""))[:8000],
-        dot=dot if type(dot) is dict else None,
     )

@@ -7,9 +7,14 @@ wastes only the unused tail of its last block: between 0 and block_size - 1 slot
 
 from __future__ import annotations
 
-from ..demos.paged import slots_reserved_paged
-
 DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def slots_reserved_paged(lengths: list[int], block_size: int) -> int:
+    """Token slots held when each request takes whole blocks of ``block_size`` tokens."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    return sum(-(-length // block_size) * block_size for length in lengths)
 
 
 def utilization_by_block_size(

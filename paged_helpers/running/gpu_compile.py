@@ -10,7 +10,11 @@ the kernel checks also compile the learner's kernels for sm_80 (A100) and sm_90 
    call; see ``isolated``). A record holds the kernel's source, with the globals it uses, and
    its arguments as types (a tensor becomes a pointer to its dtype) and values;
 2. **compile**: a separate Python process without ``TRITON_INTERPRET`` (one process can't be
-   both) binds those arguments with Triton's own binder and compiles (``_gpu_compile_worker``);
+   both) binds those arguments with Triton's own binder and compiles (``_gpu_compile_worker``).
+   Compiling runs a kernel module's Python (its top level, decorators, defaults, and calls in the
+   body that are not Triton's), so only a module ``kernel_source`` accepted is ever sent there;
+   when grading, the kernels' source is read from the notebook as text by the grader
+   (``kernel_source.kernel_module_from_notebook``), not taken from the learner's process;
 3. **explain**: a compile error becomes a learner's message; registers and spills come back
    as facts, and spills are printed as advice (a slow kernel is not a wrong one).
 
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .graded import graded_run
+from .kernel_source import validate_kernel_module
 
 __all__ = [
     "TARGETS",
@@ -78,6 +83,10 @@ class Launch:
             tuple(swap(d) for d in self.args),
             tuple((name, swap(d)) for name, d in self.kwargs),
         )
+
+    def with_source(self, module_source: str) -> Launch:
+        """The same launch of the same kernel, defined by ``module_source`` (the notebook's text)."""
+        return Launch(self.kernel, module_source, self.args, self.kwargs)
 
     def constexpr_values(self) -> dict:
         """Keyword arguments that are plain values (the constexprs: D, BLOCK, TILE, num_warps)."""
@@ -146,7 +155,7 @@ def _global_line(name: str, value: object) -> str | None:
         module = value.__name__
         return f"import {module} as {name}" if "." in module or module != name else f"import {module}"
     if type(value).__name__ == "constexpr" and hasattr(value, "value"):
-        return f"{name} = __import__('triton.language', fromlist=['constexpr']).constexpr({value.value!r})"
+        return f"{name} = triton.language.constexpr({value.value!r})"  # the bundle imports triton.language
     if isinstance(value, (bool, int, float, str)) or value is None:
         return f"{name} = {value!r}"
     if isinstance(value, torch.device):
@@ -319,7 +328,12 @@ def _store_cached(key: str, result: CompileResult) -> None:
 
 
 def compile_launches(launches: list[Launch], targets: tuple[int, ...] = TARGETS) -> list[CompileResult]:
-    """Compile each launch for each target (in a separate process), cached; one result per pair."""
+    """Compile each launch for each target (in a separate process), cached; one result per pair.
+
+    Raises ``kernel_source.KernelSourceRefused`` before anything compiles when a launch's module
+    holds what a compile would run and a kernel module may not hold."""
+    for source in dict.fromkeys(launch.module_source for launch in launches):
+        validate_kernel_module(source)
     wanted = [(launch, target) for launch in launches for target in targets]
     missing = {}
     for launch, target in wanted:

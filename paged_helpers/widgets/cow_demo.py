@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import traitlets
 
-from ..course_data import course_prompts
+from ..data_files import course_prompts
 from ..words import split_words, tokenizer
 from . import display, render
 from .block_table_view import BlockTableView

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from .strict import learner_int, learner_int_list
+
 
 @dataclass(frozen=True)
 class PoolReading:
@@ -27,10 +29,8 @@ class PoolReading:
         """Read ``allocator.refs``, ``allocator.free`` and ``allocator.num_free`` as plain ints.
 
         Anything else (an int subclass, an object that says it equals everything) fails as a
-        ``CheckFailed`` naming what was expected (``checks.report.learner_int_list``).
+        ``CheckFailed`` naming what was expected (``strict.learner_int_list``).
         """
-        from .checks.strict import learner_int, learner_int_list
-
         return cls(
             tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),
             tuple(learner_int_list(allocator.free, "allocator.free", scenario)),
