@@ -39,9 +39,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import create_holding
-from ..model import tiny_config, tiny_qwen3
+from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .pool_accounts import block_holders, expect_pool_matches
 from .radix_logits import _tree_blocks
