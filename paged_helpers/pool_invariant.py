@@ -30,7 +30,9 @@ class PoolReading:
         ``CheckFailed`` naming what was expected (``checks.report.learner_int_list``).
         """
         from .checks.strict import learner_int, learner_int_list
+        from .learner_view.prefetch import prefetch
 
+        prefetch(allocator, names=("refs", "free", "num_free"))  # one request, where it lives in another process
         return cls(
             tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),
             tuple(learner_int_list(allocator.free, "allocator.free", scenario)),

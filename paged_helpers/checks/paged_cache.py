@@ -43,7 +43,7 @@ from dataclasses import astuple, dataclass
 
 import torch
 
-from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
+from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
 from .report import (
     CheckFailed,
     Hint,
@@ -177,15 +177,19 @@ class _Harness:
 
     # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
     def learner_tables(self) -> dict:
+        read_cache_ahead(self.cache)
         return learner_dict(self.cache.tables, "cache.tables", self.where, learner_int_list)
 
     def learner_length(self, seq) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.where)
 
     def learner_num_free(self) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.where)
 
     def learner_refs(self) -> list[int]:
+        read_cache_ahead(self.cache)
         return learner_int_list(self.cache.allocator.refs, "allocator.refs", self.where)
 
     # -- expectations that hold after every step ---------------------------------------------------
@@ -290,6 +294,7 @@ class _Harness:
 
     def free(self, seq) -> None:
         _call(f"free({seq!r})", self.cache.free, seq, scenario=self.where)
+        read_cache_ahead(self.cache)
         if seq in self.cache.tables or seq in self.cache.lengths:
             fail(
                 f"{self.where}: after free({seq!r})",

@@ -77,6 +77,10 @@ class Known:
         value = self.attributes.get(ref, {}).get(name, UNKNOWN)
         return value if value is UNKNOWN else fresh(value)
 
+    def knows(self, refs: tuple[int, ...], names: list[str]) -> bool:
+        """Whether every one of ``names`` (no dotted one) of every object in ``refs`` is known."""
+        return all("." not in name and name in self.attributes.get(ref, {}) for ref in refs for name in names)
+
     def copy(self, ref: int) -> Any:
         value = self.copies.get(ref, UNKNOWN)
         return value if value is UNKNOWN else fresh(value)

@@ -485,7 +485,7 @@ class Peer:
         from .remote import remote_container
 
         asked = (tuple(self._mine_here(obj) for obj in objects), tuple(names), tuple(follow), limit)
-        if None in asked[0] or asked in self.known.prefetched:
+        if None in asked[0] or asked in self.known.prefetched or self.known.knows(asked[0], names):
             return  # read already, and nothing has run since
         try:
             records = self.request(

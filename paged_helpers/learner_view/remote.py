@@ -218,9 +218,9 @@ def plain(value: Any) -> Any:
     """``value`` as plain data: a ``Remote`` container (a learner's list or dict, held by reference so
     that a check can change it in place) copied over by value; anything else unchanged. An object
     that is not plain data stays a ``Remote``."""
-    if not isinstance(value, Remote):
-        return value
-    known = remote_peer(value).known.copy(remote_ref(value)) if remote_container(value) else UNKNOWN
+    if not isinstance(value, Remote) or not remote_container(value):
+        return value  # an object that is not a list, dict, set or deque crosses by reference even in a copy
+    known = remote_peer(value).known.copy(remote_ref(value))
     return remote_peer(value).request("special", target=value, name="copy", args=[]) if known is UNKNOWN else known
 
 
