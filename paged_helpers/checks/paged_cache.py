@@ -43,6 +43,7 @@ from dataclasses import astuple, dataclass
 
 import torch
 
+from ..learner_view.remote import learner_type
 from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
 from .report import (
     CheckFailed,
@@ -333,7 +334,7 @@ class _Harness:
         except CheckFailed as error:
             if not isinstance(error.__cause__, MemoryError):
                 raise
-            cause = hint_text(self.where + why, _why_a_fit_was_refused(type(cache), block_size))
+            cause = hint_text(self.where + why, _why_a_fit_was_refused(learner_type(cache), block_size))
             raise CheckFailed(
                 f"{error}\n  likely cause: the table needed {expected - len(before)} more block(s) and {free} "
                 f"were free, so it fits: {cause}"
