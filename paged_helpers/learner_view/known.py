@@ -118,7 +118,7 @@ class Known:
         """``container[key]`` for a key that is there and an item that is plain and immutable (a
         container item arrives by reference, which only a request can give)."""
         value = self.copies.get(ref, UNKNOWN)
-        if value is UNKNOWN or type(key) not in (int, str, tuple) or has_remote(key):
+        if value is UNKNOWN or type(key) not in (int, str, tuple) or has_remote(key) or not _hashable(key):
             return UNKNOWN
         if type(value) in (dict, collections.OrderedDict):
             if has_remote(list(value.keys())) or key not in value:
@@ -129,6 +129,14 @@ class Known:
         else:
             return UNKNOWN
         return found if _immutable_plain(found) else UNKNOWN
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _immutable_plain(value: Any) -> bool:
