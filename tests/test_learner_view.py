@@ -402,3 +402,35 @@ def test_a_read_ahead_keeps_no_tensor_and_stops_at_its_limit():
     records = read_here([Node(10)], ["pool", "children"], ["children"], 4)
     assert {record[1] for record in records} == {"children"}  # the tensor is left to its own read
     assert len({id(record[0]) for record in records}) == 4  # four nodes read, the rest left out
+
+
+_FORGED_READER = """
+import torch
+import paged_helpers.learner_view.peer as _peer
+
+
+class _Forger:  # a class body runs when the definitions load: it replaces its own process's reader
+    def _forged(obj, names, follow, limit, more):
+        return [
+            [obj, "size", "value", [1, 2]],  # a list by value, where a read brings a list by reference
+            [obj, "parent", "ref", 5],  # a reference to what is not a container
+            [obj, "tokens", "ref", _peer._ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
+            "not a record",
+        ]
+
+    _peer.SPECIALS["prefetch"] = _forged
+"""
+
+
+def test_what_a_forged_reader_sends_that_no_read_could_is_ignored(tmp_path):
+    """The learner's process may answer for its own objects as it likes, as any read lets it; what no
+    read could bring (a container by value, a reference to a number, a tensor kept as contents) is
+    not kept, and the reads ask the learner's objects themselves."""
+    from paged_helpers.learner_view.prefetch import prefetch
+
+    with _learner(_notebook_of(tmp_path, _TREE + _FORGED_READER)) as learner:
+        root = learner.name("tree")()
+        prefetch(root, names=("tokens", "size", "parent"))
+        before = learner.peer.next_id
+        assert root.size == 1 and root.parent is None and plain(root.tokens) == [0]
+        assert learner.peer.next_id == before + 3  # size, parent and the list's contents: each asked
