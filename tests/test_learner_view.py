@@ -279,7 +279,8 @@ def _family_notebook(tmp_path, family: str) -> tuple[str, list[str]]:
     of the methods it replaces), and their names."""
     _, module, (notebook, name), _ = _FAMILIES[family]
     lines = ["from conftest import solution", f"from {module} import WRONG"]
-    lines += [f"class {partner}(solution('02_block_allocator', {partner!r})):\n    pass" for partner in _FAMILIES[family][3]]
+    for partner in _FAMILIES[family][3]:
+        lines.append(f"class {partner}(solution('02_block_allocator', {partner!r})):\n    pass")
     names = []
     for bug in __import__(module).WRONG:
         right = f"solution({notebook!r}, {name!r})"
@@ -306,18 +307,18 @@ def test_wrong_work_read_ahead_fails_with_the_same_words_across_the_boundary(tmp
     check, partners = checks.REGISTRY[_FAMILIES[family][0]].function, _FAMILIES[family][3]
     here = load_definitions(path, module_name=f"wrong_{family}")
 
-    def message(run) -> str:
+    def message(*learner_classes) -> str:
         HINT_TIERS.forget()
         with pytest.raises(checks.CheckFailed) as failure:
-            run()
+            check(*learner_classes, seed=7)
         return str(failure.value)
 
     host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
     with LearnerProcess(host, time_limit=600, cwd=str(ROOT), env=env) as learner:
         for name in names:
-            across = message(lambda: check(learner.name(name), *[learner.name(p) for p in partners], seed=7))
-            local = message(lambda: check(getattr(here, name), *[getattr(here, p) for p in partners], seed=7))
+            across = message(learner.name(name), *[learner.name(partner) for partner in partners])
+            local = message(getattr(here, name), *[getattr(here, partner) for partner in partners])
             assert across == local, name
         assert learner.flags == []
 
@@ -375,7 +376,7 @@ def test_a_tree_read_ahead_answers_every_read_without_a_request_until_the_learne
         assert _walk(root) == _walk(here.tree())  # read as a property, a list, a dict: as in one process
         assert peer.next_id == before  # all of it answered by the one prefetch
         with pytest.raises(ValueError, match="broken on purpose"):  # a read that raised: asked, and raises
-            root.broken
+            root.broken  # noqa: B018 - the read is the test
         assert peer.next_id == before + 1
         left = list(root.children.values())[0]
         learner.name("grow")(left)  # the learner's code runs: nothing read before holds any more

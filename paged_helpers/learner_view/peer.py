@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from . import wire
-from .known import UNKNOWN, Known
+from .known import Known
 
 __all__ = ["Peer", "PeerGone", "ProtocolBroken", "LearnerError"]
 

@@ -8,9 +8,9 @@ trip when the learner's objects live in another process. ``prefetch`` asks for t
 where the objects live, ``read_here`` reads each named attribute of each object with ``getattr``
 (exactly the read a check makes, so a property or a subclass answers as it would to the check), and
 goes on to every object held in an attribute named in ``follow`` (the attribute itself, a dict's
-values, a list's items), breadth first, at most ``limit`` objects. What it read comes back as plain data (``wire``) and is kept as this
-moment's answers (``known``): the check then reads the attributes as before, and each read is
-answered here until this side sends its next message.
+values, a list's items), breadth first, at most ``limit`` objects. What it read comes back as plain
+data (``wire``) and is kept as this moment's answers (``known``): the check then reads the
+attributes as before, and each read is answered here until this side sends its next message.
 
 ``prefetch`` changes no answer, only where it comes from: in one process it does nothing (the check
 reads the objects themselves); an attribute whose read raises, holds a tensor, or does not fit the
