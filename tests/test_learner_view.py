@@ -23,7 +23,7 @@ from paged_helpers import checks
 from paged_helpers.learner_view import package_view, wire
 from paged_helpers.learner_view.connection import LearnerProcess
 from paged_helpers.learner_view.peer import Peer
-from paged_helpers.learner_view.remote import Remote
+from paged_helpers.learner_view.remote import Remote, plain
 
 from conftest import NOTEBOOKS, ROOT
 
@@ -262,3 +262,179 @@ def test_a_learner_value_that_lies_when_compared_is_refused_across_the_boundary(
     with pytest.raises(checks.CheckFailed) as failure:
         _run_across(_notebook_of(tmp_path, source), "check_physical_slot", ["physical_slot"])
     assert "Liar" in str(failure.value), str(failure.value)
+
+
+# --------------------------------------------------------------------------- wrong work, read ahead
+
+# The checks that fetch the learner's bookkeeping ahead (learner_view.prefetch), with their tests'
+# wrong implementations: each family is one notebook of classes ``Wrong_<bug>`` built from the check
+# tests' own bugs, graded in one process and across the boundary, with the same message.
+# family -> (check, the test module with its WRONG table, the class each bug changes, partners)
+_FAMILIES = {
+    "allocator": ("check_block_allocator", "test_checks_allocator", ("02_block_allocator", "BlockAllocator"), ()),
+    "paged_cache": ("check_paged_kv_cache", "test_checks_paged_cache", ("03_paged_kv_cache", "PagedKVCache"), ()),
+    "radix": ("check_radix_cache", "test_checks_radix", ("10_radix_cache", "RadixCache"), ("BlockAllocator",)),
+}
+
+
+def _family_notebook(tmp_path, family: str) -> tuple[str, list[str]]:
+    """The notebook of ``family``'s wrong classes (a bug is a function making the class, or a dict
+    of the methods it replaces), and their names."""
+    _, module, (notebook, name), _ = _FAMILIES[family]
+    lines = ["from conftest import solution", f"from {module} import WRONG"]
+    for partner in _FAMILIES[family][3]:
+        lines.append(f"class {partner}(solution('02_block_allocator', {partner!r})):\n    pass")
+    names = []
+    for bug in __import__(module).WRONG:
+        right = f"solution({notebook!r}, {name!r})"
+        if callable(bug):
+            lines.append(f"from {module} import {bug.__name__}")
+            lines.append(f"class Wrong_{bug.__name__}({bug.__name__}({right})):\n    pass")
+            names.append(f"Wrong_{bug.__name__}")
+        else:
+            lines.append(f"class Wrong_{bug}({right}):\n    vars().update(WRONG[{bug!r}])")
+            names.append(f"Wrong_{bug}")
+    return _notebook_of(tmp_path, "\n".join(lines) + "\n", f"{family}.ipynb"), names
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILIES))
+def test_wrong_work_read_ahead_fails_with_the_same_words_across_the_boundary(tmp_path, family):
+    """Every bug of the check's own tests: one process and across the wire, word for word (the reads
+    fetched ahead answer exactly what the reads one by one did)."""
+    import os
+
+    from paged_helpers.checks.report import HINT_TIERS
+    from paged_helpers.notebook_loader import load_definitions
+
+    path, names = _family_notebook(tmp_path, family)
+    check, partners = checks.REGISTRY[_FAMILIES[family][0]].function, _FAMILIES[family][3]
+    here = load_definitions(path, module_name=f"wrong_{family}")
+
+    def message(*learner_classes) -> str:
+        HINT_TIERS.forget()
+        with pytest.raises(checks.CheckFailed) as failure:
+            check(*learner_classes, seed=7)
+        return str(failure.value)
+
+    host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    with LearnerProcess(host, time_limit=600, cwd=str(ROOT), env=env) as learner:
+        for name in names:
+            across = message(learner.name(name), *[learner.name(partner) for partner in partners])
+            local = message(getattr(here, name), *[getattr(here, partner) for partner in partners])
+            assert across == local, name
+        assert learner.flags == []
+
+
+_TREE = """
+class Node:
+    def __init__(self, tokens, parent=None):
+        self.tokens, self.children, self.parent = list(tokens), {}, parent
+        if parent is not None:
+            parent.children[tokens[0]] = self
+
+    @property
+    def size(self):
+        return len(self.tokens)
+
+    @property
+    def broken(self):
+        raise ValueError("broken on purpose")
+
+
+def tree():
+    root = Node([0])
+    left = Node([1, 2], root)
+    Node([3], left)
+    Node([4, 5, 6], root)
+    return root
+
+
+def grow(node):
+    node.tokens.append(99)
+"""
+
+
+def _walk(root) -> list:
+    from paged_helpers.checks.strict import learner_dict, learner_int, learner_int_list
+
+    seen, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        seen.append((learner_int_list(node.tokens, "tokens"), learner_int(node.size, "size"), node.parent is None))
+        stack += learner_dict(node.children, "children", "", lambda child, _w, _s: child).values()
+    return seen
+
+
+def test_a_tree_read_ahead_answers_every_read_without_a_request_until_the_learner_runs_again(tmp_path):
+    from paged_helpers.learner_view.prefetch import prefetch
+    from paged_helpers.notebook_loader import load_definitions
+
+    path = _notebook_of(tmp_path, _TREE)
+    here = load_definitions(path, module_name="tree_here")
+    with _learner(path) as learner:
+        peer, root = learner.peer, learner.name("tree")()
+        prefetch(root, names=("tokens", "children", "size", "broken", "parent"), follow=("children",))
+        before = peer.next_id
+        assert _walk(root) == _walk(here.tree())  # read as a property, a list, a dict: as in one process
+        assert peer.next_id == before  # all of it answered by the one prefetch
+        with pytest.raises(ValueError, match="broken on purpose"):  # a read that raised: asked, and raises
+            root.broken  # noqa: B018 - the read is the test
+        assert peer.next_id == before + 1
+        left = list(root.children.values())[0]
+        learner.name("grow")(left)  # the learner's code runs: nothing read before holds any more
+        assert plain(left.tokens) == [1, 2, 99] and left.size == 3
+        # a list read by reference brings its contents: reading them asks nothing more
+        tokens = left.tokens
+        count = peer.next_id
+        assert plain(tokens) == [1, 2, 99] and len(tokens) == 3 and 99 in tokens and list(tokens) == [1, 2, 99]
+        assert tokens[2] == 99 and peer.next_id == count
+        tokens.append(7)  # by reference still: the write reaches the learner's list
+        assert plain(left.tokens) == [1, 2, 99, 7]
+
+
+def test_a_read_ahead_keeps_no_tensor_and_stops_at_its_limit():
+    import torch
+
+    from paged_helpers.learner_view.prefetch import read_here
+
+    class Node:
+        def __init__(self, depth):
+            self.pool = torch.zeros(3)
+            self.children = [Node(depth - 1)] if depth else []
+
+    records = read_here([Node(10)], ["pool", "children"], ["children"], 4)
+    assert {record[1] for record in records} == {"children"}  # the tensor is left to its own read
+    assert len({id(record[0]) for record in records}) == 4  # four nodes read, the rest left out
+
+
+_FORGED_READER = """
+import torch
+import paged_helpers.learner_view.peer as _peer
+
+
+class _Forger:  # a class body runs when the definitions load: it replaces its own process's reader
+    def _forged(obj, names, follow, limit, more):
+        return [
+            [obj, "size", "value", [1, 2]],  # a list by value, where a read brings a list by reference
+            [obj, "parent", "ref", 5],  # a reference to what is not a container
+            [obj, "tokens", "ref", _peer._ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
+            "not a record",
+        ]
+
+    _peer.SPECIALS["prefetch"] = _forged
+"""
+
+
+def test_what_a_forged_reader_sends_that_no_read_could_is_ignored(tmp_path):
+    """The learner's process may answer for its own objects as it likes, as any read lets it; what no
+    read could bring (a container by value, a reference to a number, a tensor kept as contents) is
+    not kept, and the reads ask the learner's objects themselves."""
+    from paged_helpers.learner_view.prefetch import prefetch
+
+    with _learner(_notebook_of(tmp_path, _TREE + _FORGED_READER)) as learner:
+        root = learner.name("tree")()
+        prefetch(root, names=("tokens", "size", "parent"))
+        before = learner.peer.next_id
+        assert root.size == 1 and root.parent is None and plain(root.tokens) == [0]
+        assert learner.peer.next_id == before + 3  # size, parent and the list's contents: each asked

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
+from ..learner_view.prefetch import prefetch
 from ..learner_view.remote import learner_type
 from .pool_invariant import PoolReading
 from .report import Hint, call_learner, check, expect_raise, fail, run_hidden_scenarios
@@ -25,8 +26,15 @@ from .strict import learner_int, learner_int_list, look_alike, type_name
 __all__ = ["check_block_allocator"]
 
 
+# The members the check reads, and what ``_member`` reads to tell a missing one: fetched in one request
+# when the allocator lives in another process (learner_view.prefetch; each read below as before).
+MEMBERS = ("free", "refs", "num_free")
+_MEMBER_READS = ("__dict__", *MEMBERS, *(f"__class__.{name}" for name in MEMBERS))
+
+
 def _member(allocator: object, name: str, scenario: str) -> object:
     """``allocator.name``, with a clear message when it is missing or when reading it raises (a property)."""
+    prefetch(allocator, names=_MEMBER_READS)
     if name not in getattr(allocator, "__dict__", {}) and not hasattr(learner_type(allocator), name):
         fail(
             scenario,

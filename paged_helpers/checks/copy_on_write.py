@@ -34,6 +34,7 @@ once (``pool_accounts.expect_pool_matches``, reading the pool through ``pool_inv
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -43,7 +44,7 @@ from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import assign
 from ..workloads import fork_prompt
-from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
+from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
 from .report import Hint, call_learner, ceil_div, check, expect_refused, fail
 from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, torch_unhooked
@@ -127,15 +128,19 @@ class _Scene:
 
     # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
     def _tables(self) -> dict:
+        read_cache_ahead(self.cache)
         return learner_dict(self.cache.tables, "cache.tables", self.scenario, learner_int_list)
 
     def _length(self, seq: str) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
 
     def _refs(self) -> list[int]:
+        read_cache_ahead(self.cache)
         return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
 
     def _num_free(self) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     # -- operations ---------------------------------------------------------------------------
@@ -153,6 +158,7 @@ class _Scene:
         where = f"{self.scenario}, fork({parent!r}, {child!r})"
         free_before = self._num_free()
         call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=self.scenario)
+        read_cache_ahead(self.cache)
         tables = self.cache.tables
         if child not in tables or child not in self.cache.lengths:
             fail(
@@ -350,16 +356,26 @@ class _Scene:
 
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
         copied = copied or {}
+        # Each read made once, when first needed (in the order the comparisons need them): nothing of
+        # the learner's runs in between, so a second read would answer the same (and, across the
+        # wire, cost a round trip and the pool's bytes each time).
+        tables = functools.cache(self._tables)
+        pools = functools.cache(lambda: {"k_pool": self.cache.k_pool, "v_pool": self.cache.v_pool})
+        layer_pools: dict[tuple[str, int], torch.Tensor] = {}
         for seq, bases in self.history.items():
-            table = self._tables()[seq]
+            table = tables()[seq]
             for position, base in enumerate(bases):
                 block, offset = table[position // BLOCK], position % BLOCK
                 for layer in range(LAYERS):
-                    for pool_name, pool, want in (
-                        ("keys", self.cache.k_pool, _key(base, layer)),
-                        ("values", self.cache.v_pool, _value(base, layer)),
+                    for pool_name, attribute, want in (
+                        ("keys", "k_pool", _key(base, layer)),
+                        ("values", "v_pool", _value(base, layer)),
                     ):
-                        layer_pool = learner_tensor(pool[layer], f"cache.{pool_name[0]}_pool[{layer}]", self.scenario)
+                        if (attribute, layer) not in layer_pools:
+                            layer_pools[attribute, layer] = learner_tensor(
+                                pools()[attribute][layer], f"cache.{pool_name[0]}_pool[{layer}]", self.scenario
+                            )
+                        layer_pool = layer_pools[attribute, layer]
                         with torch_unhooked():
                             found = layer_pool[block, :, offset]
                             same = bool((found == want).all())

@@ -43,7 +43,8 @@ from dataclasses import astuple, dataclass
 
 import torch
 
-from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache
+from ..learner_view.remote import learner_type
+from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
 from .report import (
     CheckFailed,
     Hint,
@@ -177,15 +178,19 @@ class _Harness:
 
     # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
     def learner_tables(self) -> dict:
+        read_cache_ahead(self.cache)
         return learner_dict(self.cache.tables, "cache.tables", self.where, learner_int_list)
 
     def learner_length(self, seq) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.where)
 
     def learner_num_free(self) -> int:
+        read_cache_ahead(self.cache)
         return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.where)
 
     def learner_refs(self) -> list[int]:
+        read_cache_ahead(self.cache)
         return learner_int_list(self.cache.allocator.refs, "allocator.refs", self.where)
 
     # -- expectations that hold after every step ---------------------------------------------------
@@ -290,6 +295,7 @@ class _Harness:
 
     def free(self, seq) -> None:
         _call(f"free({seq!r})", self.cache.free, seq, scenario=self.where)
+        read_cache_ahead(self.cache)
         if seq in self.cache.tables or seq in self.cache.lengths:
             fail(
                 f"{self.where}: after free({seq!r})",
@@ -328,7 +334,7 @@ class _Harness:
         except CheckFailed as error:
             if not isinstance(error.__cause__, MemoryError):
                 raise
-            cause = hint_text(self.where + why, _why_a_fit_was_refused(type(cache), block_size))
+            cause = hint_text(self.where + why, _why_a_fit_was_refused(learner_type(cache), block_size))
             raise CheckFailed(
                 f"{error}\n  likely cause: the table needed {expected - len(before)} more block(s) and {free} "
                 f"were free, so it fits: {cause}"

@@ -11,10 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..learner_view.prefetch import prefetch
 from .pool_invariant import PoolReading
 from .report import Hint, call_learner, fail
 
 PAGED_CACHE_SIZES = ("layers", "num_blocks", "block_size", "kv_heads", "head_dim")
+# A paged cache's bookkeeping, as the checks read it after a step.
+CACHE_READS = ("tables", "lengths", "block_size", "allocator", "allocator.refs", "allocator.free", "allocator.num_free")
+
+
+def read_cache_ahead(cache: Any) -> None:
+    """Fetch ``CACHE_READS`` of the learner's cache in one request when it lives in another process
+    (``learner_view.prefetch``): the reads that follow, until the learner's code runs again, are
+    answered from it. In one process, nothing to do."""
+    prefetch(cache, names=CACHE_READS)
 
 
 def new_paged_cache(PagedKVCache: Any, sizes: tuple[int, ...], *, scenario: str, **options: Any) -> Any:  # noqa: N803

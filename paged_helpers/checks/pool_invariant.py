@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..learner_view.prefetch import prefetch
 from .strict import learner_int, learner_int_list
 
 
@@ -31,6 +32,7 @@ class PoolReading:
         Anything else (an int subclass, an object that says it equals everything) fails as a
         ``CheckFailed`` naming what was expected (``strict.learner_int_list``).
         """
+        prefetch(allocator, names=("refs", "free", "num_free"))  # one request, where it lives in another process
         return cls(
             tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),
             tuple(learner_int_list(allocator.free, "allocator.free", scenario)),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..learner_view.prefetch import prefetch
 from .report import call_learner, ceil_div, check, fail, run_hidden_scenarios
 from .strict import learner_dict, learner_int, learner_int_list
 
@@ -68,6 +69,11 @@ LRU_HINT = (
     "match and insert stamp every node on their path with a new, larger last_used; evict removes "
     "the unlocked leaf with the smallest last_used first"
 )
+
+
+# What the check reads of the tree and the pool after a step: asked in one request when the learner's
+# objects live in another process (learner_view.prefetch), each read as before.
+TREE_READS = ("root", "children", "tokens", "blocks", "lock_count", "parent", "refs", "num_free")
 
 
 def _tokens(rng: random.Random, count: int) -> list[int]:
@@ -230,8 +236,14 @@ class _Engine:
         self.verify(f"{self.scenario}, after request {request!r} finished (unlock, release its table)")
 
     # --- reading the learner's tree ----------------------------------------------------------
+    def read_ahead(self) -> None:
+        """The tree's nodes and the pool's counts, fetched at once (the reads below are answered
+        from it until the learner's code runs again; in one process this does nothing)."""
+        prefetch(self.radix, self.allocator, names=TREE_READS, follow=("root", "children"))
+
     def path(self, node: Any, where: str) -> tuple[int, ...]:
         """The tokens from the root to ``node``."""
+        self.read_ahead()
         parts, seen = [], 0
         while node is not None and node is not self.radix.root:
             parts.append(self.tokens(node))
@@ -253,6 +265,7 @@ class _Engine:
 
     def nodes(self) -> list[tuple[Any, tuple[int, ...]]]:
         """(node, tokens from the root to its end) for every node but the root."""
+        self.read_ahead()
         found, stack = [], [(self.radix.root, ())]
         while stack:
             node, prefix = stack.pop()
@@ -276,9 +289,11 @@ class _Engine:
         return list(learner_dict(node.children, "node.children", self.scenario, lambda child, _w, _s: child).values())
 
     def refs(self) -> list[int]:
+        self.read_ahead()
         return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
 
     def num_free(self) -> int:
+        self.read_ahead()
         return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     def describe(self, block: int) -> str:

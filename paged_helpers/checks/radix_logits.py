@@ -32,11 +32,12 @@ import torch
 from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import create_holding
+from ..learner_view.prefetch import prefetch
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .report import call_learner, ceil_div, check, fail
 from .scratch import expect_from_scratch, forward_through_cache
-from .strict import learner_int, learner_int_list, learner_tensor, strict_equal
+from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 
 __all__ = ["check_radix_logits"]
 
@@ -65,15 +66,18 @@ LOGITS_HINT = (
 )
 
 
-def _tree_blocks(radix: Any) -> dict[int, tuple[int, ...]]:
-    """Each block in the learner's tree -> the tokens from the root to the end of that block."""
+def _tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
+    """Each block in the learner's tree -> the tokens from the root to the end of that block (the
+    tree fetched in one request when it lives in another process: ``learner_view.prefetch``)."""
+    prefetch(radix, names=("root", "children", "tokens", "blocks"), follow=("root", "children"))
     found, stack = {}, [(radix.root, ())]
     while stack:
         node, prefix = stack.pop()
-        for child in node.children.values():
-            path = prefix + tuple(child.tokens)
-            start = len(path) - len(child.tokens)
-            for index, block in enumerate(child.blocks):
+        for child in learner_dict(node.children, "node.children", scenario, lambda child, _w, _s: child).values():
+            tokens = tuple(learner_int_list(child.tokens, "node.tokens", scenario))
+            path = prefix + tokens
+            start = len(path) - len(tokens)
+            for index, block in enumerate(learner_int_list(child.blocks, "node.blocks", scenario)):
                 found[block] = path[: start + (index + 1) * BLOCK]
             stack.append((child, path))
     return found
@@ -250,7 +254,7 @@ class _ModelServer:
 
     def _expect_tree_held(self, where: str) -> None:
         refs = self._refs(where)
-        for block, prefix in _tree_blocks(self.radix).items():
+        for block, prefix in _tree_blocks(self.radix, where).items():
             if not refs[block]:
                 fail(
                     where,
@@ -261,7 +265,7 @@ class _ModelServer:
                 )
 
     def _expect_fresh(self, seq: str, added: list[int], where: str) -> None:
-        in_tree = _tree_blocks(self.radix)
+        in_tree = _tree_blocks(self.radix, where)
         for block in added:
             if block in in_tree:
                 fail(

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from . import wire
+from .known import Known
 
 __all__ = ["Peer", "PeerGone", "ProtocolBroken", "LearnerError"]
 
@@ -56,6 +57,7 @@ SPECIALS = {
     "int": int,
     "index": lambda obj: obj.__index__(),
     "float": float,
+    "prefetch": lambda obj, names, follow, limit, more: _read_here([obj, *more], names, follow, limit),
 }
 # Distinct flags kept from the other end, in all: what reaches the integrity log stays bounded.
 MAX_FLAGS = 50
@@ -103,6 +105,12 @@ def _refill(container: Any, contents: Any) -> None:
     else:  # a set or a deque
         container.clear()
         container.update(contents) if isinstance(container, set) else container.extend(contents)
+
+
+def _read_here(starts: list, names: Any, follow: Any, limit: Any) -> list:
+    from .prefetch import read_here
+
+    return read_here(starts, names, follow, limit)
 
 
 def _construct(path: Any, fields: Any) -> Any:
@@ -242,6 +250,9 @@ class Peer:
         self.buffer = b""
         self.next_id = 0
         self.broken = ""
+        # What the other end said since this end last sent a message (``known``): still true, since the
+        # other end runs code only when sent one. Replaced by every message out (``_send``).
+        self.known = Known()
 
     # -- values across ---------------------------------------------------------------------------
 
@@ -348,6 +359,7 @@ class Peer:
     # -- the line protocol ----------------------------------------------------------------------
 
     def _send(self, message: dict) -> None:
+        self.known = Known()  # the other end may run code from now on
         flags = self.pending_flags()
         if flags:
             message["flags"] = flags
@@ -446,10 +458,62 @@ class Peer:
                 raise self.raised[origin]
             raise rebuild_error(error)
         try:
-            values, _ = self.decode_message(message, ("value",))
+            values, _ = self.decode_message(message, ("value", "copy") if "copy" in message else ("value",))
         except wire.Malformed as error:
             raise ProtocolBroken(str(error)) from None
+        if "copy" in message:
+            self._learn_copy(values["value"], values["copy"])
         return values["value"]
+
+    # -- what the other end said this moment (``known``) ------------------------------------------
+
+    def _mine_here(self, value: Any) -> int | None:
+        """The other end's id for ``value`` when it is the stand-in of one of its objects; else None."""
+        from .remote import Remote, remote_peer, remote_ref
+
+        return remote_ref(value) if isinstance(value, Remote) and remote_peer(value) is self else None
+
+    def _learn_copy(self, container: Any, contents: Any) -> None:
+        from .prefetch import MAX_VALUES, small_plain
+        from .remote import remote_container
+
+        ref = self._mine_here(container)
+        if ref is not None and remote_container(container) and small_plain(contents, MAX_VALUES) >= 0:
+            if type(contents) in (list, dict, set, collections.deque, collections.OrderedDict):
+                self.known.copies[ref] = contents
+
+    def prefetch(self, objects: list, names: list[str], follow: list[str], limit: int) -> None:
+        """Ask the other end for ``names`` of ``objects`` (and of what ``follow`` leads to) in one
+        request, and keep the answers as this moment's (``learner_view.prefetch``)."""
+        from .prefetch import MAX_VALUES, small_plain
+        from .remote import remote_container
+
+        asked = (tuple(self._mine_here(obj) for obj in objects), tuple(names), tuple(follow), limit)
+        if None in asked[0] or asked in self.known.prefetched or self.known.knows(asked[0], names):
+            return  # read already, and nothing has run since
+        try:
+            records = self.request(
+                "special", target=objects[0], name="prefetch", args=[names, follow, limit, objects[1:]]
+            )
+        except Exception:  # noqa: BLE001 - a reader that fails leaves every read to its own request
+            return
+        if type(records) is not list:
+            return
+        self.known.prefetched.add(asked)
+        for record in records:
+            if type(record) is not list or len(record) not in (4, 5) or type(record[1]) is not str:
+                continue
+            holder, name, kind, value = record[:4]
+            where = self._mine_here(holder)
+            if where is None or kind not in ("ref", "value") or small_plain(value, MAX_VALUES) < 0:
+                continue
+            if kind == "ref" and not (self._mine_here(value) is not None and remote_container(value)):
+                continue  # a reference, but not to a list, dict, set or deque of the other end's
+            if kind == "value" and type(value) in MUTABLE_CONTAINERS:
+                continue  # a container comes by reference, as a getattr's answer brings it
+            self.known.attributes.setdefault(where, {})[name] = value
+            if kind == "ref" and len(record) == 5:
+                self._learn_copy(value, record[4])
 
     @staticmethod
     def _write_back(tensor: torch.Tensor, raw: bytes) -> None:
@@ -501,6 +565,8 @@ class Peer:
             elif type(value) in MUTABLE_CONTAINERS and (message.get("op") == "getattr" or fields["name"] == "getitem"):
                 value = _ByReference(value)
             reply = {"reply": number, "value": encoder(value)}
+            if isinstance(value, _ByReference) and self.serves == "all":
+                self._add_copy(reply, value.value, encoder)
         except BaseException as error:  # noqa: BLE001 - the other end gets it as data
             if isinstance(error, (KeyboardInterrupt, SystemExit)) and self.serves == "calls":
                 raise
@@ -517,6 +583,18 @@ class Peer:
             reply["rewritten"] = rewritten
         reply["storages"] = encoder.storages
         self._send(reply)
+
+    def _add_copy(self, reply: dict, container: Any, encoder: wire.Encoder) -> None:
+        """The contents of a container sent by reference, beside it, when they are small plain data:
+        the other end reads them (``known``) instead of asking for a copy."""
+        from .prefetch import MAX_COPY_VALUES, small_plain
+
+        if small_plain(container, MAX_COPY_VALUES) < 0:
+            return
+        try:
+            reply["copy"] = encoder(container)
+        except wire.Malformed:  # nested too deeply: the other end asks, and hears why
+            pass
 
     def _perform(self, op: str, fields: dict) -> Any:
         target, name = fields["target"], fields["name"]

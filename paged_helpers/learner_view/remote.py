@@ -15,7 +15,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["Remote", "is_remote", "plain", "learner_type", "remote_peer", "remote_ref", "remote_type"]
+from .known import UNKNOWN, Known
+
+__all__ = [
+    "Remote", "is_remote", "plain", "learner_type", "remote_container", "remote_peer", "remote_ref", "remote_type",
+]  # fmt: skip
 
 _SLOTS = ("_peer", "_ref", "_type", "_callable", "_is_class", "_value_like", "_container", "_methods")
 
@@ -45,7 +49,19 @@ class Remote:
             raise AttributeError(name)
         if name in object.__getattribute__(self, "_methods"):
             return _Method(self, name)  # called later in one request
-        return self._ask("getattr", name=name)
+        known = self._known().attribute(object.__getattribute__(self, "_ref"), name)
+        return self._ask("getattr", name=name) if known is UNKNOWN else known
+
+    def _known(self) -> Known:
+        return object.__getattribute__(self, "_peer").known
+
+    def _special_known(self, how: str, name: str, *args: Any) -> Any:
+        """A special's answer from this moment's copy of a container (``known``), else asked."""
+        if object.__getattribute__(self, "_container"):
+            value = getattr(self._known(), how)(object.__getattribute__(self, "_ref"), *args)
+            if value is not UNKNOWN:
+                return value
+        return self._special(name, *args)
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._ask("setattr", name=name, value=value)
@@ -61,13 +77,13 @@ class Remote:
         return self._ask("special", name=name, args=list(args))
 
     def __len__(self) -> int:
-        value = self._special("len")
+        value = self._special_known("length", "len")
         if type(value) is not int or value < 0:
             raise TypeError("len() of the learner's object is not a non-negative int")
         return value
 
     def __getitem__(self, key: Any) -> Any:
-        return self._special("getitem", key)
+        return self._special_known("item", "getitem", key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._special("setitem", key, value)
@@ -76,16 +92,16 @@ class Remote:
         self._special("delitem", key)
 
     def __contains__(self, item: Any) -> bool:
-        return self._special("contains", item) is True
+        return self._special_known("contains", "contains", item) is True
 
     def __iter__(self):
-        items = self._special("list")
+        items = self._special_known("items", "list")
         if type(items) is not list:
             raise TypeError("iterating the learner's object did not give a list")
         return iter(items)
 
     def __bool__(self) -> bool:
-        return self._special("bool") is True
+        return self._special_known("truth", "bool") is True
 
     def __repr__(self) -> str:
         try:
@@ -188,6 +204,11 @@ def remote_value_like(value: Remote) -> bool:
     return object.__getattribute__(value, "_value_like")
 
 
+def remote_container(value: Remote) -> bool:
+    """Whether the other object is an exact list, dict, set or deque (held by reference)."""
+    return object.__getattribute__(value, "_container")
+
+
 def remote_type(value: Remote) -> str:
     """The name of the other object's type, as its process reported it."""
     return object.__getattribute__(value, "_type")
@@ -197,11 +218,15 @@ def plain(value: Any) -> Any:
     """``value`` as plain data: a ``Remote`` container (a learner's list or dict, held by reference so
     that a check can change it in place) copied over by value; anything else unchanged. An object
     that is not plain data stays a ``Remote``."""
-    if not isinstance(value, Remote):
-        return value
-    return remote_peer(value).request("special", target=value, name="copy", args=[])
+    if not isinstance(value, Remote) or not remote_container(value):
+        return value  # an object that is not a list, dict, set or deque crosses by reference even in a copy
+    known = remote_peer(value).known.copy(remote_ref(value))
+    return remote_peer(value).request("special", target=value, name="copy", args=[]) if known is UNKNOWN else known
 
 
 def learner_type(value: Any) -> Any:
     """``type(value)``, asked of the learner's process when the value lives there."""
-    return value._ask("getattr", name="__class__") if isinstance(value, Remote) else type(value)
+    if not isinstance(value, Remote):
+        return type(value)
+    known = value._known().attribute(remote_ref(value), "__class__")
+    return value._ask("getattr", name="__class__") if known is UNKNOWN else known
