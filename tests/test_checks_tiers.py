@@ -158,7 +158,9 @@ def test_right_implementation_passes(right, capsys):
         check_tiered_cache(*right, seed=seed)
     captured = capsys.readouterr()
     assert captured.err == ""
-    assert captured.out.count("check_tiered_cache: 4 scenarios") == 3
+    # seeds other than the default print the hidden call's label between the name and the count
+    passes = [line for line in captured.out.splitlines() if line.startswith("check_tiered_cache")]
+    assert len(passes) == 3 and all(": 4 scenarios, " in line for line in passes)
 
 
 def test_random_31_bit_seeds_pass(right):

@@ -418,7 +418,7 @@ class _Forger:  # a class body runs when the definitions load: it replaces its o
         return [
             [obj, "size", "value", [1, 2]],  # a list by value, where a read brings a list by reference
             [obj, "parent", "ref", 5],  # a reference to what is not a container
-            [obj, "tokens", "ref", _peer._ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
+            [obj, "tokens", "ref", sending.ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
             "not a record",
         ]
 

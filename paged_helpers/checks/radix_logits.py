@@ -66,7 +66,7 @@ LOGITS_HINT = (
 )
 
 
-def _tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
+def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     """Each block in the learner's tree -> the tokens from the root to the end of that block (the
     tree fetched in one request when it lives in another process: ``learner_view.prefetch``)."""
     prefetch(radix, names=("root", "children", "tokens", "blocks"), follow=("root", "children"))
@@ -254,7 +254,7 @@ class _ModelServer:
 
     def _expect_tree_held(self, where: str) -> None:
         refs = self._refs(where)
-        for block, prefix in _tree_blocks(self.radix, where).items():
+        for block, prefix in tree_blocks(self.radix, where).items():
             if not refs[block]:
                 fail(
                     where,
@@ -265,7 +265,7 @@ class _ModelServer:
                 )
 
     def _expect_fresh(self, seq: str, added: list[int], where: str) -> None:
-        in_tree = _tree_blocks(self.radix, where)
+        in_tree = tree_blocks(self.radix, where)
         for block in added:
             if block in in_tree:
                 fail(

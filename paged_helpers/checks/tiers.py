@@ -45,14 +45,14 @@ from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .pool_accounts import block_holders, expect_pool_matches
-from .radix_logits import _tree_blocks
+from .radix_logits import tree_blocks
 from .report import call_learner, ceil_div, check, fail
 from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 
 __all__ = ["check_tiered_cache"]
 
-BLOCK = 4  # radix_logits._tree_blocks reads trees of blocks of 4 too
+BLOCK = 4  # radix_logits.tree_blocks reads trees of blocks of 4 too
 DECODE_STEPS = 1
 VOCAB = tiny_config().vocab_size
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
@@ -291,7 +291,7 @@ class _Server:
         self, loaded: list[int], prompt: list[int], first: int, slots: list[int], where: str
     ) -> None:
         refs = learner_int_list(self.cache.allocator.refs, "allocator.refs", where)
-        in_tree = _tree_blocks(self.tiered)
+        in_tree = tree_blocks(self.tiered, where)
         tables = {seq: self._table(seq, where) for seq in list(self.locks)}
         for block in loaded:
             holders = ["the tree"] if block in in_tree else []
@@ -343,7 +343,7 @@ class _Server:
         expect_pool_matches(self.tiered.host, host_holders, f"{where}, host pool", lambda *_: HOST_COUNT_HINT)
         if not gpu:
             return
-        tree = _tree_blocks(self.tiered)
+        tree = tree_blocks(self.tiered, where)
         tables = {seq: self._table(seq, where) for seq in list(self.cache.tables)}
         holders = block_holders(tables, self.num_blocks)
         for block in tree:

@@ -35,11 +35,12 @@ import torch
 
 from . import wire
 from .known import Known
+from .sending import MAX_COPY_VALUES, MAX_VALUES, MUTABLE_CONTAINERS, VALUE_TYPES, ByReference, ByValue, small_plain
 
 __all__ = ["Peer", "PeerGone", "ProtocolBroken", "LearnerError"]
 
 SPECIALS = {
-    "copy": lambda obj: _ByValue(obj),
+    "copy": lambda obj: ByValue(obj),
     "assign": lambda obj, path, value: _assign(obj, path, value),
     "subclass": lambda base, name, hooks: _subclass(base, name, hooks),
     "construct": lambda owner, path, fields: _construct(path, fields),
@@ -63,26 +64,6 @@ SPECIALS = {
 MAX_FLAGS = 50
 # What the checking end lends: calls, public reads, and the specials a caller of a model uses.
 LENT_SPECIALS = {"len", "getitem", "contains", "list", "bool", "repr", "str"}
-
-
-# What a read of an attribute or an item hands over by reference, not as a copy: a check may change
-# the learner's ``lengths`` dict or ``running`` list in place, as it would in one process.
-MUTABLE_CONTAINERS = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
-
-
-VALUE_TYPES = (int, float, complex, str, bytes, list, tuple, dict, set, frozenset, collections.deque, torch.Tensor)
-
-
-class _ByValue:
-    """A container to send as a copy even where it would go by reference (``plain``)."""
-
-    def __init__(self, value: Any):
-        self.value = value
-
-
-class _ByReference:
-    def __init__(self, value: Any):
-        self.value = value
 
 
 def _assign(owner: Any, path: Any, value: Any) -> None:
@@ -300,7 +281,7 @@ class Peer:
 
         if isinstance(value, Remote) and remote_peer(value) is self:
             return {"yours": remote_ref(value)}
-        if isinstance(value, _ByReference):
+        if isinstance(value, ByReference):
             return self.lend(value.value)
         return self.lend(value)
 
@@ -474,7 +455,6 @@ class Peer:
         return remote_ref(value) if isinstance(value, Remote) and remote_peer(value) is self else None
 
     def _learn_copy(self, container: Any, contents: Any) -> None:
-        from .prefetch import MAX_VALUES, small_plain
         from .remote import remote_container
 
         ref = self._mine_here(container)
@@ -485,7 +465,6 @@ class Peer:
     def prefetch(self, objects: list, names: list[str], follow: list[str], limit: int) -> None:
         """Ask the other end for ``names`` of ``objects`` (and of what ``follow`` leads to) in one
         request, and keep the answers as this moment's (``learner_view.prefetch``)."""
-        from .prefetch import MAX_VALUES, small_plain
         from .remote import remote_container
 
         asked = (tuple(self._mine_here(obj) for obj in objects), tuple(names), tuple(follow), limit)
@@ -560,12 +539,12 @@ class Peer:
         encoder = wire.Encoder(self._describe_other)
         try:
             value = self._perform(str(message.get("op")), fields)
-            if isinstance(value, _ByValue):
+            if isinstance(value, ByValue):
                 value = value.value
             elif type(value) in MUTABLE_CONTAINERS and (message.get("op") == "getattr" or fields["name"] == "getitem"):
-                value = _ByReference(value)
+                value = ByReference(value)
             reply = {"reply": number, "value": encoder(value)}
-            if isinstance(value, _ByReference) and self.serves == "all":
+            if isinstance(value, ByReference) and self.serves == "all":
                 self._add_copy(reply, value.value, encoder)
         except BaseException as error:  # noqa: BLE001 - the other end gets it as data
             if isinstance(error, (KeyboardInterrupt, SystemExit)) and self.serves == "calls":
@@ -587,7 +566,6 @@ class Peer:
     def _add_copy(self, reply: dict, container: Any, encoder: wire.Encoder) -> None:
         """The contents of a container sent by reference, beside it, when they are small plain data:
         the other end reads them (``known``) instead of asking for a copy."""
-        from .prefetch import MAX_COPY_VALUES, small_plain
 
         if small_plain(container, MAX_COPY_VALUES) < 0:
             return

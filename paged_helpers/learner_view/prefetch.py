@@ -24,51 +24,33 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+from .sending import (
+    DICTS,
+    MAX_COPY_VALUES,
+    MAX_VALUES,
+    MUTABLE_CONTAINERS,
+    SEQUENCES,
+    VALUE_TYPES,
+    ByReference,
+    small_plain,
+)
 
-__all__ = ["prefetch", "read_here", "small_plain"]
+__all__ = ["prefetch", "read_here"]
 
-# Objects read by one prefetch, and values (items of lists, dicts, ...) in its answer, at most.
+# Objects read by one prefetch, at most.
 MAX_OBJECTS = 4096
-MAX_VALUES = 200_000
-# What a copy that comes with a container read by reference may hold, at most.
-MAX_COPY_VALUES = 20_000
-
-_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
-_SEQUENCES = (list, tuple, collections.deque)
-_CONTAINERS = (*_DICTS, *_SEQUENCES, set, frozenset)
-
-
-def small_plain(value: Any, budget: int) -> int:
-    """The values in ``value`` (its own and those of the builtin containers inside it), or -1 when
-    it holds a tensor or an array (sent with its bytes, never kept as a known answer) or more than
-    ``budget`` values, or is nested too deeply to send."""
-    count, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        count += 1
-        kind = type(item)
-        if count > budget or depth > 32 or isinstance(item, torch.Tensor) or kind.__name__ == "ndarray":
-            return -1
-        if kind in _DICTS:
-            stack.extend((part, depth + 1) for pair in dict.items(item) for part in pair)
-        elif kind in _CONTAINERS:
-            stack.extend((part, depth + 1) for part in item)
-    return count
 
 
 def _is_object(value: Any) -> bool:
     """An object the wire names by reference (not a value it copies), so one a tree may lead to."""
-    from .peer import VALUE_TYPES
-
     return value is not None and type(value) is not bool and not isinstance(value, (*VALUE_TYPES, type))
 
 
 def _held(value: Any) -> list:
     """The objects ``value`` holds, where ``follow`` leads: a dict's values, a list's or tuple's items."""
-    if type(value) in _DICTS:
+    if type(value) in DICTS:
         items = list(dict.values(value))
-    elif type(value) in _SEQUENCES:
+    elif type(value) in SEQUENCES:
         items = list(value)
     else:
         items = [value]
@@ -82,8 +64,6 @@ def read_here(starts: list, names: list[str], follow: list[str], limit: int) -> 
     sends it, with its contents as ``copy`` when they fit), ``"value"`` otherwise. A dotted name
     (``"allocator.refs"``) reads each step, on the object the step before gave.
     """
-    from .peer import MUTABLE_CONTAINERS, _ByReference
-
     for what in (names, follow):
         if type(what) is not list or any(type(name) is not str for name in what) or len(what) > 32:
             raise TypeError("a prefetch names up to 32 attributes")
@@ -104,7 +84,7 @@ def read_here(starts: list, names: list[str], follow: list[str], limit: int) -> 
                     break
                 if type(value) in MUTABLE_CONTAINERS:
                     size = small_plain(value, min(budget, MAX_COPY_VALUES))
-                    record = [holder, step, "ref", _ByReference(value)]
+                    record = [holder, step, "ref", ByReference(value)]
                     records.append(record + [value] if size >= 0 else record)
                     budget -= max(size, 1)
                 else:
