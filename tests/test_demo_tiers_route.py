@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import run
 from paged_helpers import workloads
 from paged_helpers.demos import DEMOS
 from paged_helpers.demos import route as route_demo
 from paged_helpers.demos import tiers as tiers_demo
-from paged_helpers.demos.cost_model import COST_MODEL
+from paged_helpers.demos.cost_model import COST_MODEL, measured_host_to_gpu
 
 from conftest import solution
 
@@ -49,6 +50,9 @@ def test_run_tiers_small(capsys):
     assert "cost model (stated, not measured)" in out.out and "loads/writes" in out.out
     assert all(row["hit_rate"] >= rows[0]["hit_rate"] - 1e-9 for row in rows)
     assert rows[0]["host_writes"] == 0 and rows[0]["host_loads"] == 0
+    measured = result["measured_host_to_gpu_bytes_per_s"]
+    assert (measured is not None) == torch.cuda.is_available()
+    assert all(("load_ms_measured" in row) == (measured is not None) for row in rows)
 
 
 def test_a_host_that_holds_everything_recovers_every_evicted_history(classes):
@@ -124,6 +128,14 @@ def test_the_cost_model_is_stated():
     assert COST_MODEL.transfer_s(1, COST_MODEL.pcie_bytes_per_s) < COST_MODEL.prefill_s(16)
     text = COST_MODEL.describe()
     assert "stated, not measured" in text and "MFU" in text
+
+
+def test_the_copy_is_measured_only_where_a_gpu_is():
+    measured = measured_host_to_gpu(COST_MODEL.block_bytes(), blocks=8, repeats=2)
+    if torch.cuda.is_available():
+        assert measured > 1e9  # any host link of a CUDA machine moves more than a GB/s
+    else:
+        assert measured is None
 
 
 def test_sharegpt_shaped_chats_follow_the_trace():

@@ -1,16 +1,20 @@
 """The stated cost model of ``run.py tiers`` and ``run.py route``: bytes, bandwidths and FLOPs.
 
-Nothing here is measured. A block's bytes follow from a model's shape; moving a block takes bytes
+The model is stated, not measured: a block's bytes follow from a model's shape; moving a block takes bytes
 over a link's bandwidth; recomputing (prefilling) tokens takes ``2 x parameters x tokens`` FLOPs at
 a peak rate times a model FLOP utilisation (MFU). Attention's own FLOPs, which grow with the prefix,
 are left out, so recompute is, if anything, underestimated. The defaults are round numbers of the
-order of current hardware and a model of about Qwen3-8B's shape; every demo prints them.
+order of current hardware and a model of about Qwen3-8B's shape; every demo prints them. Where a
+CUDA GPU is present, ``measured_host_to_gpu`` times the real copy (pinned host memory to the GPU),
+which ``run.py tiers`` prints beside the stated links.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields, replace
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,25 @@ class CostModel:
 
 
 COST_MODEL = CostModel()
+
+
+def measured_host_to_gpu(block_bytes: int, blocks: int = 64, repeats: int = 5) -> float | None:
+    """Bytes per second of copying ``blocks`` blocks from pinned host memory to the GPU, the load-back
+    of a host tier (the best of ``repeats`` timed copies, after one warm-up); None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    host = torch.empty(blocks * block_bytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty_like(host, device="cuda")
+    device.copy_(host, non_blocking=True)  # warm-up: the first copy pays for mapping the pages
+    best = float("inf")
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        device.copy_(host, non_blocking=True)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return host.numel() / best
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..learner_view.access import create_holding
 from ..workloads import ChatWorkload, multi_turn_chats
-from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from
+from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from, measured_host_to_gpu
 from .implementation import add_impl_argument, load_impl
 from .radix import RadixServer, ServerRun, _reserve, serve_chats
 
@@ -149,11 +149,13 @@ def sweep(
     return rows
 
 
-def table(rows: list[TierRow], cost: CostModel = COST_MODEL) -> str:
+def table(rows: list[TierRow], cost: CostModel = COST_MODEL, measured_bytes_per_s: float | None = None) -> str:
+    """One line per host size and policy; a column of measured load times where a GPU measured its copy."""
     base = rows[0].run.prefill_tokens
     lines = [
         f"{'host':>5} {'policy':<13} {'hit rate':>8} {'from host':>9} {'prefill':>8} {'saved':>7} "
         f"{'writes':>7} {'loads':>6} {'loads/writes':>12} {'PCIe ms':>8} {'NVLink ms':>9} {'recompute ms':>12}"
+        + (f" {'measured ms':>11}" if measured_bytes_per_s else "")
     ]
     for row in rows:
         useful = f"{row.loads / row.writes:>12.2f}" if row.writes else f"{'-':>12}"
@@ -164,6 +166,7 @@ def table(rows: list[TierRow], cost: CostModel = COST_MODEL) -> str:
             f"{cost.transfer_s(row.loads, cost.pcie_bytes_per_s) * 1e3:>8.2f} "
             f"{cost.transfer_s(row.loads, cost.nvlink_bytes_per_s) * 1e3:>9.2f} "
             f"{cost.prefill_s(row.host_tokens) * 1e3:>12.2f}"
+            + (f" {cost.transfer_s(row.loads, measured_bytes_per_s) * 1e3:>11.2f}" if measured_bytes_per_s else "")
         )
     return "\n".join(lines)
 
@@ -197,7 +200,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"prompt tokens; GPU pool {args.gpu_blocks} blocks of {args.block_size}, batch {args.batch}"
     )
     print(cost.describe())
-    print(table(rows, cost))
+    measured = measured_host_to_gpu(cost.block_bytes())
+    if measured:
+        print(
+            f"measured on this GPU: pinned host -> GPU copies at {measured / 1e9:.1f} GB/s "
+            f"({cost.transfer_s(1, measured) * 1e6:.1f} us per block of the model above)"
+        )
+    print(table(rows, cost, measured))
     return {
         "workload": workload.name,
         "parameters": workload.parameters,
@@ -218,8 +227,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "load_ms_pcie": round(cost.transfer_s(row.loads, cost.pcie_bytes_per_s) * 1e3, 3),
                 "load_ms_nvlink": round(cost.transfer_s(row.loads, cost.nvlink_bytes_per_s) * 1e3, 3),
                 "recompute_ms": round(cost.prefill_s(row.host_tokens) * 1e3, 3),
+                **({"load_ms_measured": round(cost.transfer_s(row.loads, measured) * 1e3, 3)} if measured else {}),
             }
             for row in rows
         ],
-        "timed": "nothing: counts from the caches' bookkeeping, times from the stated cost model",
+        "measured_host_to_gpu_bytes_per_s": measured,
+        "timed": (
+            "the host-to-GPU copy, on this GPU; the rest counts from the caches' bookkeeping and the stated cost model"
+            if measured
+            else "nothing: counts from the caches' bookkeeping, times from the stated cost model (no GPU here)"
+        ),
     }
