@@ -411,6 +411,7 @@ def test_a_read_ahead_keeps_no_tensor_and_stops_at_its_limit():
 _FORGED_READER = """
 import torch
 import paged_helpers.learner_view.peer as _peer
+from paged_helpers.learner_view import sending
 
 
 class _Forger:  # a class body runs when the definitions load: it replaces its own process's reader
@@ -435,6 +436,47 @@ def test_what_a_forged_reader_sends_that_no_read_could_is_ignored(tmp_path):
     with _learner(_notebook_of(tmp_path, _TREE + _FORGED_READER)) as learner:
         root = learner.name("tree")()
         prefetch(root, names=("tokens", "size", "parent"))
+        assert learner.peer.known.prefetched, "the forged reader did not answer (it raised in the learner's process)"
         before = learner.peer.next_id
         assert root.size == 1 and root.parent is None and plain(root.tokens) == [0]
         assert learner.peer.next_id == before + 3  # size, parent and the list's contents: each asked
+
+
+def test_wrong_engine_stages_read_ahead_fail_with_the_same_words_across_the_boundary(tmp_path):
+    """The engine checks read each phase's state ahead (``engine_rules.read_engine_ahead``): every
+    wrong stage of ``test_checks_engine_stages`` fails with the same message across the wire."""
+    import os
+
+    from test_checks_engine_stages import NOTEBOOK, STAGES, WRONG
+
+    from paged_helpers.checks.report import HINT_TIERS
+    from paged_helpers.notebook_loader import load_definitions
+
+    lines = [
+        "from conftest import solution",
+        "from test_checks_engine_stages import WRONG",
+        "class PagedKVCache(solution('04_fork_and_copy_on_write', 'PagedKVCache')):\n    pass",
+        "class PrefixCache(solution('05_prefix_caching', 'PrefixCache')):\n    pass",
+    ]
+    for bug, (stage, _, _) in WRONG.items():
+        right = f"solution({NOTEBOOK!r}, {STAGES[stage][1]!r})"
+        lines.append(f"class Wrong_{bug}({right}):\n    vars().update(WRONG[{bug!r}][1])")
+    path = _notebook_of(tmp_path, "\n".join(lines) + "\n", "engine_stages.ipynb")
+    here = load_definitions(path, module_name="wrong_engine_stages")
+
+    def message(check, *classes) -> str:
+        HINT_TIERS.forget()
+        with pytest.raises(checks.CheckFailed) as failure:
+            check(*classes)
+        return str(failure.value)
+
+    host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    with LearnerProcess(host, time_limit=600, cwd=str(ROOT), env=env) as learner:
+        parts = ("PagedKVCache", "PrefixCache")
+        for bug, (stage, _, _) in WRONG.items():
+            check = STAGES[stage][0]
+            across = message(check, learner.name(f"Wrong_{bug}"), *map(learner.name, parts))
+            local = message(check, getattr(here, f"Wrong_{bug}"), *(getattr(here, part) for part in parts))
+            assert across == local, bug
+        assert learner.flags == []

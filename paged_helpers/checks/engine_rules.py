@@ -39,6 +39,8 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
+from ..learner_view.prefetch import prefetch
+from ..learner_view.remote import plain
 from .report import fail
 from .strict import (
     learner_bool,
@@ -70,7 +72,45 @@ def _int(value: Any, what: Callable[[], str], scenario: str) -> int:
 
 
 def _ints(value: Any, what: Callable[[], str], scenario: str) -> list[int]:
+    # A learner's list read across the grader's boundary is copied first (answered from the copy that
+    # came with it): naming it beforehand would ask the learner's process again and lose that copy.
+    value = plain(value)
     return list(value) if type(value) is list and _all(value, int) else learner_int_list(value, what(), scenario)
+
+
+# What the rules read of an engine after each of its phases: its parts, their bookkeeping, and the
+# fields of every running and waiting sequence. ``read_engine_ahead`` asks for all of it in one
+# request where the engine lives in the learner's process (``learner_view.prefetch``); each read
+# then goes through the strict readers as before. In one process it does nothing.
+ENGINE_READS = (
+    "running",
+    "waiting",
+    "cache",
+    "prefix_cache",
+    "metrics",
+    "chunk_size",
+    "max_step_tokens",
+    "cache.tables",
+    "cache.lengths",
+    "cache.allocator",
+    "cache.allocator.refs",
+    "cache.allocator.num_free",
+    "prefix_cache.entries",
+    "metrics.prefix_hit_tokens",
+    "metrics.prompt_tokens",
+    "metrics.tokens_generated",
+    "metrics.preemptions",
+    "seq_id",
+    "num_cached",
+    "output",
+    "prompt",
+)
+
+
+def read_engine_ahead(engine) -> None:
+    """The engine's state as ``ENGINE_READS`` names it, in one request (none when read since the
+    learner last ran, or when the engine lives in this process)."""
+    prefetch(engine, names=ENGINE_READS, follow=("running", "waiting"))
 
 
 def _key(value: Any, what: Callable[[], str], scenario: str) -> Any:
@@ -181,6 +221,7 @@ def _as_is(item: Any, what: str, scenario: str) -> Any:
 
 def queue(engine, name: str, scenario: str = "") -> list:
     """``engine.running`` or ``engine.waiting`` as a plain list of its members (not read further)."""
+    read_engine_ahead(engine)
     value = getattr(engine, name)
     if type(value) in (list, deque):
         return list(value)
@@ -207,6 +248,7 @@ def plan_of(plan, what: str, scenario: str = "") -> list[tuple[Any, int]]:
 
 
 def metric(engine, name: str, scenario: str = "") -> int:
+    read_engine_ahead(engine)
     return learner_int(getattr(engine.metrics, name), f"metrics.{name}", scenario)
 
 
@@ -537,6 +579,7 @@ class PrefixHeld:
 
     @classmethod
     def of(cls, engine, scenario: str = "") -> PrefixHeld:
+        read_engine_ahead(engine)
         return cls(prefix_entries(engine.prefix_cache, scenario), tables(engine.cache, scenario))
 
     def expect_kept(self, scenario: str, engine, during: str) -> None:

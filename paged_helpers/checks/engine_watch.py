@@ -97,6 +97,7 @@ def _expect_own_parts(engine, watch: Watch) -> None:
     if not watch.parts:
         return
     cache, prefix = watch.parts
+    rules.read_engine_ahead(engine)
     if engine.cache is not cache or engine.prefix_cache is not prefix:
         fail(
             watch.where(),
