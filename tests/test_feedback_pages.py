@@ -6,7 +6,9 @@ One student's perfect notebook 01 is graded and given feedback with ``autograde/
   (nbgrader's own page says "Score: 0.0 / 2.0" for each, so a perfect 01 read 4 / 8); once an
   instructor marks one, the page shows that mark and counts it;
 * the copy-on-write demo's cell in 04's feedback keeps a picture of the last state the grader's
-  run reached (the fork and the copy the notebook's own cell drives), not an empty output;
+  run reached (the fork and the copy the notebook's own cell drives), not an empty output, and
+  05's prefix-cache view a picture of the pool after the shared-prompt run and the view's own
+  two requests;
 * nbgrader's known harmless noise (SQLAlchemy's autoflush SAWarnings while grading, traitlets'
   "display_data_priority not recognized" in feedback) is gone from the console (measured before
   this change: 3 and 6 lines for this one notebook), while a real warning, an option of the
@@ -21,11 +23,12 @@ import pytest
 
 from autograde_helpers import course, feedback_text, graded_course, instructor, write_submission
 
-pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]  # about 4 min on 2 cores (04 is graded too)
+pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]  # about 5 min on 2 cores (04 and 05 are graded too)
 
 NOTEBOOK = "01_block_tables"
 WRITTEN = ("understanding_exact_allocation", "understanding_where_p_lives")
 WIDGETS, EARLIER = "04_fork_and_copy_on_write", ("02_block_allocator", "03_paged_kv_cache")
+PREFIX_VIEW = "05_prefix_caching"
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +36,11 @@ def graded(tmp_path_factory):
     # A misspelt option of a course preprocessor: a real problem, which must still be reported.
     root = graded_course("feedback-pages", **{"LimitOutputs.max_output_byte": 1000})
     folder = tmp_path_factory.mktemp("class")
-    write_submission(folder, "perfect", {name: instructor(name) for name in (NOTEBOOK, *EARLIER, WIDGETS)})
+    write_submission(folder, "perfect", {name: instructor(name) for name in (NOTEBOOK, *EARLIER, WIDGETS, PREFIX_VIEW)})
     course(root, "collect", str(folder))
     grading = course(root, "grade", NOTEBOOK, "--student", "perfect")
     course(root, "grade", WIDGETS, "--student", "perfect")  # 02 and 03 are loaded from submitted/
+    course(root, "grade", PREFIX_VIEW, "--student", "perfect")
     feedback = course(root, "feedback")
     return root, grading, feedback
 
@@ -86,3 +90,12 @@ def test_the_demo_keeps_its_last_picture_in_feedback(graded):
     picture = page[page.index("ph-static-snapshot") :]
     assert re.search(r'class="ph-message"[^>]*>block 1 was shared by 2 tables: copied to block 2', picture)
     assert 'data-refs="2"' in picture  # block 0 still shared by A and B
+
+
+def test_the_prefix_cache_view_keeps_its_last_picture_in_feedback(graded):
+    root, _, _ = graded
+    page = (root / "feedback" / "perfect" / PREFIX_VIEW / f"{PREFIX_VIEW}.html").read_text()
+    assert page.count("ph-static-snapshot") == 1 and "widget-view" not in page
+    picture = page[page.index("ph-static-snapshot") :]
+    assert "ph-prefix-cache-view" in picture
+    assert "follow-up" in picture and "unrelated" in picture  # the two requests attached through the view
