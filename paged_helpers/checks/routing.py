@@ -41,12 +41,8 @@ def _chain(tokens: list[int]) -> list[tuple[int, ...]]:
 
 
 def _overlap(held: set, keys: list) -> int:
-    count = 0
-    for key in keys:
-        if key not in held:
-            break
-        count += 1
-    return count
+    """The expected overlap: the index of the first key ``held`` lacks (all of them when it lacks none)."""
+    return next((index for index, key in enumerate(keys) if key not in held), len(keys))
 
 
 class _Replicas:
