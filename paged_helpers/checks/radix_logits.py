@@ -66,6 +66,19 @@ LOGITS_HINT = (
 )
 
 
+def longest_cached(served: list[tuple[int, ...]], probe: list[int]) -> int:
+    """Brute force: the most tokens, in whole blocks, of ``probe`` that some served prefix starts with."""
+    best = 0
+    for sequence in served:
+        same = 0
+        while (same + 1) * BLOCK <= min(len(sequence), len(probe)) and (
+            sequence[: (same + 1) * BLOCK] == tuple(probe[: (same + 1) * BLOCK])
+        ):
+            same += 1
+        best = max(best, same * BLOCK)
+    return best
+
+
 def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     """Each block in the learner's tree -> the tokens from the root to the end of that block (the
     tree fetched in one request when it lives in another process: ``learner_view.prefetch``)."""
@@ -130,7 +143,7 @@ class _ModelServer:
         blocks = list(blocks)
         reused = len(blocks) * BLOCK
         if expect_reuse:
-            wanted = self._longest_cached(prompt[:-1])
+            wanted = longest_cached(self.served, prompt[:-1])
             if reused != wanted:
                 fail(where, f"{wanted} tokens reused from the cache", f"{reused} ({len(blocks)} blocks)", REUSE_HINT)
         self._expect_matched_blocks(blocks, prompt, where)
@@ -199,17 +212,6 @@ class _ModelServer:
         expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
 
     # --- what the check knows -----------------------------------------------------------------
-    def _longest_cached(self, probe: list[int]) -> int:
-        """Brute force: the most whole blocks of ``probe`` that some inserted prompt starts with."""
-        best = 0
-        for sequence in self.served:
-            same = 0
-            while (same + 1) * BLOCK <= min(len(sequence), len(probe)) and (
-                sequence[: (same + 1) * BLOCK] == tuple(probe[: (same + 1) * BLOCK])
-            ):
-                same += 1
-            best = max(best, same * BLOCK)
-        return best
 
     # Read strictly (checks/strict.py): a learner's int or tensor subclass cannot answer for itself.
     def _refs(self, where: str) -> list[int]:

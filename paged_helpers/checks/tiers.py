@@ -45,7 +45,7 @@ from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .pool_accounts import block_holders, expect_pool_matches
-from .radix_logits import tree_blocks
+from .radix_logits import longest_cached, tree_blocks
 from .report import call_learner, ceil_div, check, fail
 from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
@@ -159,7 +159,7 @@ class _Server:
         self.pins += slots
         reused = (len(blocks) + len(slots)) * BLOCK
         if expect_reuse:
-            wanted = self._longest_served(prompt[:-1])
+            wanted = longest_cached(self.served, prompt[:-1])
             if reused != wanted:
                 fail(
                     where,
@@ -254,17 +254,6 @@ class _Server:
         expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
 
     # --- what the check knows -------------------------------------------------------------------
-    def _longest_served(self, probe: list[int]) -> int:
-        best = 0
-        for sequence in self.served:
-            same = 0
-            while (same + 1) * BLOCK <= min(len(sequence), len(probe)) and (
-                sequence[: (same + 1) * BLOCK] == tuple(probe[: (same + 1) * BLOCK])
-            ):
-                same += 1
-            best = max(best, same * BLOCK)
-        return best
-
     def _table(self, seq: str, where: str) -> list[int]:
         return learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
 
