@@ -3,6 +3,7 @@
     .venv/bin/python autograde/benchmark_grading.py                    # the whole course
     .venv/bin/python autograde/benchmark_grading.py --class-size 4     # class of 4, --jobs 1 and 2
     .venv/bin/python autograde/benchmark_grading.py 02_block_allocator 03_paged_kv_cache --class-size 0
+    .venv/bin/python autograde/benchmark_grading.py --class-size 0 --per-notebook   # where the time goes
 
 Releases the course into a scratch course root (not timed) and submits the instructor
 notebooks (every test passes) for each made-up student. Then, through ``course.py grade`` (what
@@ -13,7 +14,10 @@ an instructor runs):
    PostgreSQL gradebook, with ``--jobs J`` (its notebooks split between J workers), side by side;
 2. with ``--class-size N`` (N > 0), the class of N students graded serially (``--jobs 1``) and
    with ``--jobs J`` workers, both into the same kind of gradebook, printed side by side as
-   submissions per hour.
+   submissions per hour;
+3. with ``--per-notebook``, each notebook of the submission graded alone (``--jobs 1``): its
+   seconds and CPU seconds. Each includes what every ``course.py grade`` pays to start (about
+   what the smallest notebook takes), so compare the notebooks with each other.
 
 The parallel run needs a PostgreSQL gradebook: the benchmark starts a throwaway server
 (``paged_grading.pgserver``) and uses it for every run; without PostgreSQL it uses SQLite and
@@ -222,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=Path, default=course.REPO / "notebooks")
     parser.add_argument("--class-size", type=int, default=4, help="students in the class run (0: skip it)")
     parser.add_argument("--jobs", type=int, default=2, help="workers of the parallel class run")
+    parser.add_argument("--per-notebook", action="store_true", help="also grade each notebook alone")
     args = parser.parse_args(argv)
     assignments = args.assignments or course.course_notebooks(args.notebooks)
     # nbgrader's Gradebook (read for the scores) runs `alembic` from PATH.
@@ -270,6 +275,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  best: {best:.1f} s ({best_name}) {verdict} the {TARGET_S:g} s target")
         summary["one_submission"]["best"] = {"run": best_name, "seconds": best, "meets_target": best <= TARGET_S}
         ok = ok and best <= TARGET_S
+
+        if args.per_notebook:
+            summary["per_notebook"] = {}
+            print("each notebook graded alone (--jobs 1):")
+            print(f"  {'notebook':28} {'seconds':>8} {'CPU s':>8}  score")
+            for assignment in assignments:
+                grading.clear_grades()
+                seconds = grading.run("grade", assignment, "--student", "one")
+                rows = [r for r in report.autograded_scores(grading.db_url) if r.assignment == assignment]
+                score, maximum = sum(r.score for r in rows), sum(r.max_score for r in rows)
+                summary["per_notebook"][assignment] = {"seconds": seconds, "cpu_seconds": grading.cpu_s}
+                print(f"  {assignment:28} {seconds:8.1f} {grading.cpu_s:8.1f}  {score:g}/{maximum:g}")
 
         if args.class_size > 0:
             students = [f"student{k:02d}" for k in range(args.class_size)]

@@ -61,7 +61,7 @@ def failing_message():
 @pytest.fixture(autouse=True)
 def fresh_hint_tiers():
     """Each test starts with no tiered hint shown yet (the memory lasts a kernel, here a test)."""
-    from paged_helpers.checks.report import HINT_TIERS
+    from paged_helpers.checks.speaking.failure import HINT_TIERS
 
     HINT_TIERS.forget()
     yield

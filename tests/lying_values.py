@@ -1,7 +1,7 @@
 """Values built to fool a check's comparisons, for the tests that prove the checks read strictly.
 
 A check must never compare with these: an int that says it equals anything (and differs from
-nothing), a list that says it equals anything. The strict readers (``paged_helpers/checks/strict.py``)
+nothing), a list that says it equals anything. The strict readers (``paged_helpers/checks/reading/strict.py``)
 refuse them and name their type in the message.
 """
 

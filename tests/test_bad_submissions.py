@@ -49,7 +49,7 @@ import pathlib
 import paged_helpers.checks.allocator as target
 path = pathlib.Path(target.__file__)
 stub = (
-    "from .report import check\\n"
+    "from .speaking.report import check\\n"
     "@check(notebook='02_block_allocator', builds='BlockAllocator')\\n"
     "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
 )
@@ -69,9 +69,9 @@ print({PATCHED!r})
 MONKEYPATCH_MODULE = f"""\
 import sys, types
 import paged_helpers.checks.allocator as allocator_checks
-import paged_helpers.checks.report as report
+import paged_helpers.checks.speaking.failure as failure
 allocator_checks.check_block_allocator.__wrapped__.__code__ = (lambda *args, **kwargs: None).__code__
-report.fail = lambda *args, **kwargs: None
+failure.fail = lambda *args, **kwargs: None
 fake = types.ModuleType("paged_helpers.checks")
 fake.check_block_allocator = lambda *args, **kwargs: None
 sys.modules["paged_helpers.checks"] = fake
@@ -339,7 +339,7 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
         "monkeypatch_module": (
             insert_cell_after(blank, SOLUTION, MONKEYPATCH_MODULE),
             0.0,
-            "patched __code__, report.fail and sys.modules",
+            "patched __code__, failure.fail and sys.modules",
         ),
         "edit_package_on_disk": (
             insert_cell_after(blank, SOLUTION, EDIT_CHECK_ON_DISK),

@@ -290,7 +290,7 @@ def _free_as_a_set(right):
 def test_a_free_list_of_the_wrong_container_is_a_plain_failure(right, container):
     """A set (or dict) where the notebook asks for a deque fails like any other mistake, naming what was
     expected and what was found: it is not `Refused`, which the grader reports as a cheating attempt."""
-    from paged_helpers.checks.report import CheckFailed, Refused
+    from paged_helpers.checks.speaking.failure import CheckFailed, Refused
 
     class Wrong(_free_as_a_set(right)):
         def __init__(self, num_blocks):
@@ -306,7 +306,7 @@ def test_a_free_list_of_the_wrong_container_is_a_plain_failure(right, container)
 
 
 def test_a_set_free_list_is_named_as_a_set(right):
-    from paged_helpers.checks.report import Refused
+    from paged_helpers.checks.speaking.failure import Refused
 
     with pytest.raises(AssertionError) as caught:
         check_block_allocator(_free_as_a_set(right))
@@ -315,7 +315,7 @@ def test_a_set_free_list_is_named_as_a_set(right):
 
 
 def test_a_look_alike_free_list_is_still_refused(right):
-    from paged_helpers.checks.report import Refused
+    from paged_helpers.checks.speaking.failure import Refused
 
     class SaysItHoldsEverything:
         def __eq__(self, other):
@@ -334,8 +334,8 @@ def test_a_look_alike_free_list_is_still_refused(right):
 
 
 def test_strict_readers_refuse_only_look_alikes():
-    from paged_helpers.checks.report import CheckFailed, Refused
-    from paged_helpers.checks.strict import learner_int, learner_int_list
+    from paged_helpers.checks.reading.strict import learner_int, learner_int_list
+    from paged_helpers.checks.speaking.failure import CheckFailed, Refused
 
     for plain in ({1, 2}, {1: 2}, frozenset({3})):
         with pytest.raises(CheckFailed) as caught:

@@ -468,8 +468,8 @@ def test_tensor_comparisons_ignore_a_lying_mode_or_subclass():
     """A torch function mode the learner's code left active, or a tensor subclass, cannot answer for torch."""
     from torch.overrides import TorchFunctionMode
 
-    from paged_helpers.checks.scratch import logit_gap
-    from paged_helpers.checks.strict import odd_value, strict_allclose, strict_equal
+    from paged_helpers.checks.reading.scratch import logit_gap
+    from paged_helpers.checks.reading.strict import odd_value, strict_allclose, strict_equal
 
     class SaysClose(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -104,10 +104,10 @@ def test_preamble_undoes_monkeypatching_in_a_fresh_process(snapshot):
         import sys, types
         import paged_helpers as ph
         import paged_helpers.checks.allocator as allocator_checks
-        import paged_helpers.checks.report as report
+        import paged_helpers.checks.speaking.failure as failure
         ph.checks.check_block_allocator = lambda *a, **k: None
         allocator_checks.check_block_allocator.__wrapped__.__code__ = (lambda *a, **k: None).__code__
-        report.fail = lambda *a, **k: None
+        failure.fail = lambda *a, **k: None
         fake = types.ModuleType("paged_helpers.checks")
         fake.check_block_allocator = lambda *a, **k: None
         sys.modules["paged_helpers.checks"] = fake

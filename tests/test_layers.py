@@ -2,7 +2,9 @@
 
     running        runs the learner's code apart (child processes, the launch watcher, the GPU compile)
     learner_view   the one place checks meet the learner's objects (here, or across the wire)
-    checks         scenarios, references and verdicts
+    checks         scenarios, references and verdicts: one module (or a few) per notebook, on
+        reading    how a check reads the learner's values and objects, strictly (calls, snapshots, pools)
+        speaking   how a check speaks: the @check registry, pass lines, failures and hints
     demos          the figures behind run.py
 
 A layer imports only the layers below it: ``running`` knows nothing of views, checks or demos;
@@ -32,12 +34,12 @@ def _lint(*args: str) -> subprocess.CompletedProcess:
 def test_the_layer_and_cycle_contracts_hold():
     done = _lint()
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "4 kept, 0 broken" in done.stdout, done.stdout[-2000:]
+    assert "5 kept, 0 broken" in done.stdout, done.stdout[-2000:]
 
 
 def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
-    """The contracts can fail: a copy of the package where ``failure`` imports ``report`` back and
-    ``running`` imports a check."""
+    """The contracts can fail: a copy of the package where ``failure`` imports ``report`` back,
+    ``speaking`` imports ``reading`` and ``running`` imports a check."""
     import shutil
 
     copy = tmp_path / "project"
@@ -45,10 +47,12 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
         ROOT / "paged_helpers", copy / "paged_helpers", ignore=shutil.ignore_patterns("__pycache__", "files")
     )
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    with open(copy / "paged_helpers" / "checks" / "failure.py", "a") as handle:
+    with open(copy / "paged_helpers" / "checks" / "speaking" / "failure.py", "a") as handle:
         handle.write("\nfrom . import report  # a cycle\n")
+    with open(copy / "paged_helpers" / "checks" / "speaking" / "report.py", "a") as handle:
+        handle.write("\nfrom ..reading import strict  # speaking reads the learner\n")
     with open(copy / "paged_helpers" / "running" / "graded.py", "a") as handle:
-        handle.write("\nfrom ..checks import report  # upward\n")
+        handle.write("\nfrom ..checks.speaking import report  # upward\n")
     done = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache"],
         cwd=copy,
@@ -59,5 +63,29 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode != 0, done.stdout
-    assert "2 kept, 2 broken" in done.stdout, done.stdout[-3000:]
-    assert ".failure -> .report" in done.stdout and "paged_helpers.running.graded" in done.stdout, done.stdout
+    assert "2 kept, 3 broken" in done.stdout, done.stdout[-3000:]
+    assert "paged_helpers.checks.speaking.report -> paged_helpers.checks.reading.strict" in done.stdout, done.stdout
+    assert (".failure -> .report" in done.stdout or ".report -> .failure" in done.stdout) and "paged_helpers.running.graded" in done.stdout, done.stdout
+
+
+def test_what_checks_read_and_say_with_imports_no_notebook_check():
+    """``reading`` and ``speaking`` are the checks' shared ground: neither imports a module of the
+    notebooks' checks beside them (that would make every check depend on one notebook's)."""
+    import grimp
+
+    graph = grimp.build_graph("paged_helpers", include_external_packages=False)
+    shared = ("paged_helpers.checks.reading", "paged_helpers.checks.speaking")
+    notebook_checks = {
+        module
+        for module in graph.find_children("paged_helpers.checks")
+        if module not in shared and not module.endswith("__main__")
+    }
+    assert notebook_checks, "no check module found: the test reads the wrong package"
+    upward = sorted(
+        (importer, imported)
+        for layer in shared
+        for importer in graph.find_descendants(layer) | {layer}
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if imported in notebook_checks
+    )
+    assert not upward, f"reading/speaking import a notebook's checks: {upward}"

@@ -23,7 +23,7 @@ from paged_grading import publish, workspace
 
 import paged_helpers as ph
 from paged_helpers.checks import check_block_allocator, check_copy_on_write, check_physical_slot
-from paged_helpers.checks.report import CheckFailed, NotImplementedYet
+from paged_helpers.checks.speaking.failure import CheckFailed, NotImplementedYet
 from paged_helpers.notebook_loader import NotebookLoadError, load_from_notebook
 from paged_helpers.running.graded import GRADED_ENV
 
@@ -126,7 +126,7 @@ RESET = """\
 import os, warnings
 import matplotlib.pyplot
 from paged_helpers import unfinished
-from paged_helpers.checks.report import HINT_TIERS
+from paged_helpers.checks.speaking.failure import HINT_TIERS
 matplotlib.pyplot.close("all")
 unfinished._NOT_MADE.clear()
 HINT_TIERS.forget()

@@ -303,7 +303,7 @@ def test_wrong_work_read_ahead_fails_with_the_same_words_across_the_boundary(tmp
     fetched ahead answer exactly what the reads one by one did)."""
     import os
 
-    from paged_helpers.checks.report import HINT_TIERS
+    from paged_helpers.checks.speaking.failure import HINT_TIERS
     from paged_helpers.notebook_loader import load_definitions
 
     path, names = _family_notebook(tmp_path, family)
@@ -356,7 +356,7 @@ def grow(node):
 
 
 def _walk(root) -> list:
-    from paged_helpers.checks.strict import learner_dict, learner_int, learner_int_list
+    from paged_helpers.checks.reading.strict import learner_dict, learner_int, learner_int_list
 
     seen, stack = [], [root]
     while stack:
@@ -449,7 +449,7 @@ def test_wrong_engine_stages_read_ahead_fail_with_the_same_words_across_the_boun
 
     from test_checks_engine_stages import NOTEBOOK, STAGES, WRONG
 
-    from paged_helpers.checks.report import HINT_TIERS
+    from paged_helpers.checks.speaking.failure import HINT_TIERS
     from paged_helpers.notebook_loader import load_definitions
 
     lines = [

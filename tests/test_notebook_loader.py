@@ -100,7 +100,8 @@ def test_nbgrader_layouts_are_searched(tmp_path, monkeypatch):
 
 
 def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
-    from paged_helpers.checks.report import NotImplementedYet, call_learner
+    from paged_helpers.checks.reading.calls import call_learner
+    from paged_helpers.checks.speaking.failure import NotImplementedYet
 
     write_notebook(
         tmp_path / "02_alloc.ipynb",

@@ -8,14 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from paged_helpers.checks import CheckFailed, NotImplementedYet
-from paged_helpers.checks.pool_accounts import block_holders, expect_all_free, expect_pool_matches
-from paged_helpers.checks.pool_invariant import PoolReading
-from paged_helpers.checks.report import (
-    CacheSnapshot,
-    ceil_div,
-    expect_raise,
-    expect_refused,
-)
+from paged_helpers.checks.reading.calls import expect_raise
+from paged_helpers.checks.reading.pool_accounts import block_holders, ceil_div, expect_all_free, expect_pool_matches
+from paged_helpers.checks.reading.pool_invariant import PoolReading
+from paged_helpers.checks.reading.snapshot import CacheSnapshot, expect_refused
 
 
 def test_a_consistent_pool_has_no_problem():
@@ -77,7 +73,13 @@ def test_expect_raise_returns_the_error_or_names_what_was_missing():
 def test_one_logit_tolerance_policy_and_nan_never_passes():
     import torch
 
-    from paged_helpers.checks.scratch import CPU_TOLERANCE, GPU_TOLERANCE, logit_gap, logit_tolerance, logits_match
+    from paged_helpers.checks.reading.scratch import (
+        CPU_TOLERANCE,
+        GPU_TOLERANCE,
+        logit_gap,
+        logit_tolerance,
+        logits_match,
+    )
 
     assert logit_tolerance("cpu") == CPU_TOLERANCE < GPU_TOLERANCE == logit_tolerance(torch.device("cuda", 0))
     expected = torch.zeros(5)
@@ -146,7 +148,7 @@ def test_all_blocks_free_names_the_ones_still_used():
 def test_logits_through_a_cache_against_a_from_scratch_run():
     import torch
 
-    from paged_helpers.checks.scratch import expect_from_scratch
+    from paged_helpers.checks.reading.scratch import expect_from_scratch
 
     model = SimpleNamespace(device=torch.device("cpu"), logits_from_scratch=lambda seqs: [torch.zeros(len(seqs[0]), 5)])
     asked = []

@@ -42,12 +42,13 @@ if __name__ == "__main__":
 
 # The checks: this process is theirs, and nothing of the student's is ever imported into it.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
-from paged_helpers.checks import report
+from paged_helpers.checks import REGISTRY
+from paged_helpers.checks.speaking.failure import Refused
 from paged_helpers.learner_view.connection import stop_process
 from paged_helpers.learner_view.peer import LearnerError, Peer, PeerGone, ProtocolBroken
 from paged_helpers.learner_view.remote import Remote
 
-CHECKS = {name: info.function for name, info in report.REGISTRY.items()}
+CHECKS = {name: info.function for name, info in REGISTRY.items()}
 # Seconds the learner's process may take to start (torch's import) and to load a notebook.
 START_LIMIT_S = 120.0
 
@@ -145,7 +146,7 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
     except BaseException as error:  # the check's verdict, or the student's code failing
         verdict["message"] = f"{type(error).__name__}: {error}"[:2000]
         verdict["hidden"] = bool(call.get("hidden"))  # a hidden scenario failed, the visible ones passed
-        if isinstance(error, report.Refused):  # built to fool a comparison, or an answer from outside the kernel
+        if isinstance(error, Refused):  # built to fool a comparison, or an answer from outside the kernel
             peer.flags.append(f"student code handed the check what it refuses: {str(error).splitlines()[0][:300]}")
     finally:
         verdict["flags"] += [flag for flag in peer.flags if flag not in verdict["flags"]]

@@ -17,7 +17,8 @@ Importing this package imports every check module (a few milliseconds; none impo
 import pkgutil
 from importlib import import_module
 
-from .report import REGISTRY, CheckFailed, CheckInfo, NotImplementedYet, more_hint
+from .speaking.failure import CheckFailed, NotImplementedYet, more_hint
+from .speaking.report import REGISTRY, CheckInfo
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):

@@ -19,9 +19,11 @@ from collections import deque
 
 from ..learner_view.prefetch import prefetch
 from ..learner_view.remote import learner_type
-from .pool_invariant import PoolReading
-from .report import Hint, call_learner, check, expect_raise, fail, run_hidden_scenarios
-from .strict import learner_int, learner_int_list, look_alike, type_name
+from .reading.calls import call_learner, expect_raise
+from .reading.pool_invariant import PoolReading
+from .reading.strict import learner_int, learner_int_list, look_alike, type_name
+from .speaking.failure import Hint, fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_block_allocator"]
 

@@ -21,7 +21,9 @@ import operator
 import random
 from collections.abc import Callable
 
-from .report import CheckFailed, NotImplementedYet, call_learner, check, fail
+from .reading.calls import call_learner
+from .speaking.failure import CheckFailed, NotImplementedYet, fail
+from .speaking.report import check
 
 __all__ = ["check_physical_slot", "check_utilization_sweep"]
 

@@ -44,10 +44,20 @@ from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import assign
 from ..workloads import fork_prompt
-from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
-from .report import Hint, call_learner, ceil_div, check, expect_refused, fail
-from .scratch import expect_from_scratch, forward_through_cache
-from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .reading.calls import call_learner
+from .reading.pool_accounts import (
+    block_holders,
+    ceil_div,
+    expect_all_free,
+    expect_pool_matches,
+    new_paged_cache,
+    read_cache_ahead,
+)
+from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.snapshot import expect_refused
+from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .speaking.failure import Hint, fail
+from .speaking.report import check
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 

@@ -44,8 +44,10 @@ from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
 from ..workloads import Request, serving_workload
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build, model
-from .report import CheckFailed, call_learner, check, fail, run_hidden_scenarios
-from .strict import learner_bool
+from .reading.calls import call_learner
+from .reading.strict import learner_bool
+from .speaking.failure import CheckFailed, fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_engine", "PARTS"]
 

@@ -32,8 +32,11 @@ import torch
 from ..serving import Sequence, sample_seed, sample_token
 from . import engine_rules as rules
 from .engine_stages import BLOCK_SIZE, NOTEBOOK, PARTNERS, _engine, _place, _tokens
-from .report import call_learner, ceil_div, check, fail, run_hidden_scenarios
-from .strict import learner_int
+from .reading.calls import call_learner
+from .reading.pool_accounts import ceil_div
+from .reading.strict import learner_int
+from .speaking.failure import fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_engine_advance"]
 

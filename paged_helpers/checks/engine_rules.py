@@ -41,8 +41,7 @@ from typing import Any
 
 from ..learner_view.prefetch import prefetch
 from ..learner_view.remote import plain
-from .report import fail
-from .strict import (
+from .reading.strict import (
     learner_bool,
     learner_dict,
     learner_float,
@@ -51,10 +50,11 @@ from .strict import (
     learner_key,
     learner_list,
 )
+from .speaking.failure import fail
 
 # ---------------------------------------------------------------- reading the learner's state
 #
-# Every value a rule compares or computes with is read here, strictly (checks/strict.py): an int,
+# Every value a rule compares or computes with is read here, strictly (checks/reading/strict.py): an int,
 # list or dict subclass, or an object that says it equals anything, is refused with a message
 # naming what was read, instead of answering the rule's comparison for itself. Sequences and
 # queues' members are compared by identity (``is``), which runs no learner code. The rules read

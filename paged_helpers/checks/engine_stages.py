@@ -30,8 +30,11 @@ from ..learner_view.remote import is_remote, remote_type
 from ..serving import Sequence, sample_seed
 from . import engine_rules as rules
 from .engine_watch import Refused, Watch, build
-from .report import CheckFailed, call_learner, ceil_div, check, fail, run_hidden_scenarios
-from .strict import learner_int, learner_list
+from .reading.calls import call_learner
+from .reading.pool_accounts import ceil_div
+from .reading.strict import learner_int, learner_list
+from .speaking.failure import CheckFailed, fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_engine_admission", "check_engine_plan", "check_engine_reserve", "check_engine_fork"]
 

@@ -24,8 +24,9 @@ from typing import Any
 from ..checkpoint import tiny_qwen3
 from ..learner_view.subclass import subclass
 from . import engine_rules as rules
-from .report import CheckFailed, call_learner, fail
-from .strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
+from .reading.calls import call_learner
+from .reading.strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
+from .speaking.failure import CheckFailed, fail
 
 
 @functools.cache

@@ -46,10 +46,12 @@ from ..reference import paged_decode_reference, paged_prefill_reference
 from ..running.launch_watch import genuine_triton_kernel
 from ..workloads import fork_prompt
 from .kernels import TIME_LIMIT_S, TOLERANCES
-from .pool_accounts import expect_all_free, new_paged_cache
-from .report import Hint, NotImplementedYet, call_learner, check, fail, run_hidden_scenarios
-from .scratch import expect_from_scratch, forward_through_cache
-from .strict import refuse_odd_value, strict_allclose, torch_unhooked
+from .reading.calls import call_learner
+from .reading.pool_accounts import expect_all_free, new_paged_cache
+from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.strict import refuse_odd_value, strict_allclose, torch_unhooked
+from .speaking.failure import Hint, NotImplementedYet, fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_kernel_fork_logits"]
 

@@ -49,8 +49,9 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .report import CheckFailed, NotImplementedYet, check, fail, refuse
-from .strict import strict_allclose
+from .reading.strict import strict_allclose
+from .speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
+from .speaking.report import check
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 

@@ -44,22 +44,20 @@ from dataclasses import astuple, dataclass
 import torch
 
 from ..learner_view.remote import learner_type
-from .pool_accounts import block_holders, expect_all_free, expect_pool_matches, new_paged_cache, read_cache_ahead
-from .report import (
-    CheckFailed,
-    Hint,
-    NotImplementedYet,
-    call_learner,
+from .reading.calls import call_learner, expect_raise
+from .reading.pool_accounts import (
+    block_holders,
     ceil_div,
-    check,
-    expect_raise,
-    expect_refused,
-    fail,
-    hint_text,
-    run_hidden_scenarios,
+    expect_all_free,
+    expect_pool_matches,
+    new_paged_cache,
+    read_cache_ahead,
 )
-from .scratch import expect_from_scratch, forward_through_cache
-from .strict import learner_dict, learner_int, learner_int_list, torch_unhooked
+from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.snapshot import expect_refused
+from .reading.strict import learner_dict, learner_int, learner_int_list, torch_unhooked
+from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail, hint_text
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_paged_kv_cache"]
 

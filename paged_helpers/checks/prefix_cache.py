@@ -28,8 +28,11 @@ from array import array
 from typing import Any
 
 from ..learner_view.access import assign
-from .report import CacheSnapshot, CheckFailed, Hint, NotImplementedYet, call_learner, check, fail, run_hidden_scenarios
-from .strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .reading.calls import call_learner
+from .reading.snapshot import CacheSnapshot
+from .reading.strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_prefix_cache"]
 

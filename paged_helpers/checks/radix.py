@@ -32,8 +32,11 @@ import random
 from typing import Any
 
 from ..learner_view.prefetch import prefetch
-from .report import call_learner, ceil_div, check, fail, run_hidden_scenarios
-from .strict import learner_dict, learner_int, learner_int_list
+from .reading.calls import call_learner
+from .reading.pool_accounts import ceil_div
+from .reading.strict import learner_dict, learner_int, learner_int_list
+from .speaking.failure import fail
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
 
@@ -275,7 +278,7 @@ class _Engine:
                 stack.append((child, path))
         return found
 
-    # Read strictly (checks/strict.py): a learner's int, list or dict subclass cannot answer for itself.
+    # Read strictly (checks/reading/strict.py): a learner's int, list or dict subclass cannot answer for itself.
     def tokens(self, node: Any) -> tuple[int, ...]:
         return tuple(learner_int_list(node.tokens, "node.tokens", self.scenario))
 

@@ -13,7 +13,7 @@ served the way an engine serves it:
    node and unlock the matched one; decode two tokens; unlock and ``free`` at the end.
 
 Every prefilled and decoded row of logits must equal a from-scratch run of the whole sequence
-(one tolerance policy, ``checks/scratch.py``). Before a request's forward pass the check
+(one tolerance policy, ``checks/reading/scratch.py``). Before a request's forward pass the check
 compares what it knows with what the learner's code handed out, so that a wrong logit comes with
 its cause: each matched block must hold the keys written for exactly that prefix and be unchanged
 since, and no freshly reserved block may still be in the tree or in another running request's
@@ -35,9 +35,12 @@ from ..learner_view.access import create_holding
 from ..learner_view.prefetch import prefetch
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
-from .report import call_learner, ceil_div, check, fail
-from .scratch import expect_from_scratch, forward_through_cache
-from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from .reading.calls import call_learner
+from .reading.pool_accounts import ceil_div
+from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from .speaking.failure import fail
+from .speaking.report import check
 
 __all__ = ["check_radix_logits"]
 
@@ -213,7 +216,7 @@ class _ModelServer:
 
     # --- what the check knows -----------------------------------------------------------------
 
-    # Read strictly (checks/strict.py): a learner's int or tensor subclass cannot answer for itself.
+    # Read strictly (checks/reading/strict.py): a learner's int or tensor subclass cannot answer for itself.
     def _refs(self, where: str) -> list[int]:
         return learner_int_list(self.cache.allocator.refs, "allocator.refs", where)
 

@@ -44,11 +44,13 @@ from ..device import DEVICE
 from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
-from .pool_accounts import block_holders, expect_pool_matches
 from .radix_logits import longest_cached, tree_blocks
-from .report import call_learner, ceil_div, check, fail
-from .scratch import expect_from_scratch, forward_through_cache
-from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from .reading.calls import call_learner
+from .reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
+from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from .speaking.failure import fail
+from .speaking.report import check
 
 __all__ = ["check_tiered_cache"]
 

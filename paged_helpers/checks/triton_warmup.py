@@ -29,8 +29,9 @@ from ..device import DEVICE
 from ..learner_view.calls import run_watched
 from ..running.guard_bands import GUARD, SENTINEL, Guarded
 from ..running.isolated import Outcome
-from .report import CheckFailed, NotImplementedYet, check, fail, refuse, run_hidden_scenarios
-from .strict import strict_allclose
+from .reading.strict import strict_allclose
+from .speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
+from .speaking.report import check, run_hidden_scenarios
 
 __all__ = [
     "check_scale_kernel",

@@ -12,7 +12,7 @@ time in all (8 minutes by default; a stage that would start after the budget is 
                        this GPU and run once per dtype against the float64 reference; registers and
                        spills of the decode kernel at num_warps 4 and 8
   kernel_fork_logits   notebook 04's fork milestone on the kernel path (``checks.kernel_path``), model
-                       and cache in bfloat16, held to ``checks.scratch``'s tolerance for that dtype
+                       and cache in bfloat16, held to ``checks.reading.scratch``'s tolerance for that dtype
   engine               notebook 08's engine on the kernel path against the gather path
                        (``demos.system.ablation``): tokens/s of each, and whether the outputs are identical
   bandwidth            the decode kernel's bandwidth utilisation as FlashInfer defines it (bytes of K/V
@@ -242,10 +242,10 @@ def stage_kernel_fork_logits(impl: str, dtype: str) -> dict:
 
     The check builds both itself in float32; here its model factory and the cache class are given
     ``dtype`` for the duration of the call. The logits are
-    held to ``checks.scratch.logit_tolerance`` for the device and that dtype.
+    held to ``checks.reading.scratch.logit_tolerance`` for the device and that dtype.
     """
     from ..checks import kernel_path
-    from ..checks.scratch import logit_tolerance
+    from ..checks.reading.scratch import logit_tolerance
 
     wanted = _dtype(dtype)
     cache_class = _load(impl, "04_fork_and_copy_on_write", "PagedKVCache")

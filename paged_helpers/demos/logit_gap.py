@@ -7,7 +7,7 @@ tokens decoded on two copies of the learner's ``PagedKVCache`` driven alike, one
 tokens (the gather path's greedy choices), so every step compares the same inputs.
 
 For each dtype it reports whether the two paths' logits are bitwise equal, the largest absolute
-gap, the course's tolerance for that device and dtype (``checks.scratch.logit_tolerance``) and
+gap, the course's tolerance for that device and dtype (``checks.reading.scratch.logit_tolerance``) and
 whether the greedy tokens agree. bfloat16 in Triton's interpreter is reported as not run, with the
 launcher's reason: the course's launchers refuse it there, and rightly (in Triton 3.9 the
 interpreter's ``tl.dot`` returns wrong numbers on bfloat16 operands, without raising).
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..checkpoint import tiny_qwen3
-from ..checks.scratch import logit_tolerance
+from ..checks.reading.scratch import logit_tolerance
 from ..device import DEVICE, INFO
 from ..model import PagedAttention
 

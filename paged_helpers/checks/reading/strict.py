@@ -19,10 +19,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..learner_view.remote import is_remote, plain, remote_type, remote_value_like
-from ..running.launch_watch import class_attribute as _lookup
-from ..running.launch_watch import class_mro as _mro
-from .failure import fail, refuse
+from ...learner_view.remote import is_remote, plain, remote_type, remote_value_like
+from ...running.launch_watch import class_attribute as _lookup
+from ...running.launch_watch import class_mro as _mro
+from ..speaking.failure import fail, refuse
 
 
 def type_name(value: Any) -> str:

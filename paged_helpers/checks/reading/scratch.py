@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .report import Hint, call_learner, fail
+from ..speaking.failure import Hint, fail
+from .calls import call_learner
 
 CPU_TOLERANCE = 1e-4
 GPU_TOLERANCE = 2e-3

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..learner_view.prefetch import prefetch
+from ...learner_view.prefetch import prefetch
+from ..speaking.failure import Hint, fail
+from .calls import call_learner
 from .pool_invariant import PoolReading
-from .report import Hint, call_learner, fail
 
 PAGED_CACHE_SIZES = ("layers", "num_blocks", "block_size", "kv_heads", "head_dim")
 # A paged cache's bookkeeping, as the checks read it after a step.
@@ -35,6 +36,11 @@ def new_paged_cache(PagedKVCache: Any, sizes: tuple[int, ...], *, scenario: str,
     shown = [f"{name}={value}" for name, value in zip(PAGED_CACHE_SIZES, sizes, strict=True)]
     shown += [f"{name}={value}" for name, value in options.items()]
     return call_learner(f"PagedKVCache({', '.join(shown)})", PagedKVCache, *sizes, scenario=scenario, **options)
+
+
+def ceil_div(count: int, size: int) -> int:
+    """``count / size`` rounded up, in integers: the blocks that hold ``count`` tokens."""
+    return -(-count // size)
 
 
 def block_holders(tables: dict, num_blocks: int) -> list[list]:

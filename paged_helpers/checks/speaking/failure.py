@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # This package's folder: frames inside it are the course's own code, not the learner's.
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[2]
 
 
 class CheckFailed(AssertionError):

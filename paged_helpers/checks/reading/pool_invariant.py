@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..learner_view.prefetch import prefetch
+from ...learner_view.prefetch import prefetch
 from .strict import learner_int, learner_int_list
 
 

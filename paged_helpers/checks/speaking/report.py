@@ -18,34 +18,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..running.graded import graded_run
-from .failure import (  # the failure vocabulary, re-exported: checks import it from here
-    HINT_TIERS,
-    CheckFailed,
-    Hint,
-    HintTiers,
-    NotImplementedYet,
-    Refused,
-    fail,
-    hint_text,
-    learner_frames,
-    more_hint,
-    refuse,
-)
-from .strict import learner_dict, learner_int, learner_int_list, refuse_odd_value
+from ...running.graded import graded_run
+from .failure import CheckFailed, NotImplementedYet
 
 __all__ = [
-    "HINT_TIERS", "REGISTRY", "CacheSnapshot", "CheckFailed", "CheckInfo", "Hint", "HintTiers",
-    "NotImplementedYet", "Refused", "call_learner", "ceil_div", "check", "expect_raise", "expect_refused",
-    "fail", "hint_text", "learner_frames", "more_hint", "quiet", "refuse", "run_hidden_scenarios",
-]  # fmt: skip
+    "HIDDEN_LABEL", "REGISTRY", "CheckInfo", "check", "count_call", "device_problem", "quiet", "run_hidden_scenarios",
+]
 
 # What the running check has asked of the learner's code: scenarios named and calls made.
 # Scoped to one check call by the decorator; None outside a check.
 _TALLY: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("check_tally", default=None)
 
 
-def _count_call(scenario: str) -> None:
+def count_call(scenario: str) -> None:
     tally = _TALLY.get()
     if tally is not None:
         tally["calls"] += 1
@@ -86,65 +71,11 @@ def quiet() -> Iterator[None]:
             yield
 
 
-def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
-    """Call learner code, turning its exceptions into messages about *what* was being done.
-
-    NotImplementedError becomes "not implemented yet"; any other exception becomes a
-    CheckFailed naming the scenario and the call, with the original exception chained.
-    Exceptions a scenario expects (MemoryError on an exhausted pool, say) must be caught by
-    the check itself around a plain call, not through this helper.
-    """
-    _count_call(scenario)
-    try:
-        result = function(*args, **kwargs)
-    except NotImplementedError as error:
-        earlier = _earlier_notebook_raising(error)
-        where = (
-            f"The code that raised is in {earlier}: finish that notebook first, then run this check again."
-            if earlier
-            else "Replace `raise NotImplementedError()` in its cell with your code, run the cell, then this check."
-        )
-        raise NotImplementedYet(f"not implemented yet: {what} raised NotImplementedError. {where}") from error
-    except CheckFailed:
-        raise
-    except Exception as error:  # the learner's bug, reported in the learner's terms
-        where = f"{scenario}: " if scenario else ""
-        raise CheckFailed(
-            f"{where}{what} raised {type(error).__name__}: {error}\n  hint: {_hint_for(error)}"
-        ) from error
-    return refuse_odd_value(result, f"what {what} returned", scenario)
-
-
-def _hint_for(error: Exception) -> str:
-    problem = _device_problem()
-    if problem is not None:  # e.g. triton imported before paged_helpers: no kernel can run
-        return problem
-    return "the lines below this message show where in your code it happened."
-
-
-def _device_problem() -> str | None:
+def device_problem() -> str | None:
     """The device's sentence for the learner when Triton cannot run as intended (see device.py)."""
-    from ..device import INFO
+    from ...device import INFO
 
     return INFO.problem
-
-
-def _earlier_notebook_raising(error: BaseException) -> str | None:
-    """The notebook file whose loaded code raised ``error``, if it came from notebook_loader.
-
-    Code loaded from an earlier notebook carries the file name "<path>.ipynb (code cells)";
-    code typed in the current notebook carries an ipykernel temp file name instead.
-    """
-    import traceback
-    from pathlib import Path
-
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return None
-    filename = frames[-1].filename
-    if filename.endswith(".ipynb (code cells)"):
-        return Path(filename.removesuffix(" (code cells)")).name
-    return None
 
 
 @dataclass(frozen=True)
@@ -203,7 +134,7 @@ def check(
                 print(f"{function.__name__}: {error}")
                 return None
             except CheckFailed as error:
-                problem = _device_problem()
+                problem = device_problem()
                 if problem is None:
                     raise
                 # e.g. triton imported before paged_helpers: say so first, not "0 active drivers"
@@ -223,108 +154,6 @@ def check(
         return wrapper
 
     return decorate
-
-
-# ----- small helpers the check modules share -------------------------------------------------
-
-
-def ceil_div(count: int, size: int) -> int:
-    """``count / size`` rounded up, in integers: the blocks that hold ``count`` tokens."""
-    return -(-count // size)
-
-
-@dataclass(frozen=True)
-class CacheSnapshot:
-    """Copies of a paged cache's bookkeeping at one moment; two snapshots compare with ==."""
-
-    tables: dict
-    lengths: dict
-    refs: list
-    free: list  # sorted: the free list's order is the allocator's business
-
-    @classmethod
-    def of(cls, cache: Any) -> CacheSnapshot:
-        return cls(
-            learner_dict(cache.tables, "cache.tables", "", learner_int_list),
-            learner_dict(cache.lengths, "cache.lengths", "", learner_int),
-            learner_int_list(cache.allocator.refs, "allocator.refs"),
-            sorted(learner_int_list(cache.allocator.free, "allocator.free")),
-        )
-
-    def changes(self, after: CacheSnapshot) -> list[str]:
-        """ "part: what changed" for each part that differs in ``after``: only the sequences and blocks
-        that changed (a pool of 24 blocks would otherwise bury the one that moved), the free list whole."""
-
-        def entries(label: str, before: dict, now: dict, name: Callable[[Any], str]) -> list[str]:
-            missing = "absent"
-            moved = [
-                f"{name(key)}: {before.get(key, missing)} -> {now.get(key, missing)}"
-                for key in sorted(set(before) | set(now), key=str)
-                if before.get(key, missing) != now.get(key, missing)
-            ]
-            return [f"{label}: " + ", ".join(moved)] if moved else []
-
-        return [
-            *entries("tables", self.tables, after.tables, repr),
-            *entries("lengths", self.lengths, after.lengths, repr),
-            *entries("reference counts", dict(enumerate(self.refs)), dict(enumerate(after.refs)), "block {}".format),
-            *([f"free list: {self.free} -> {after.free}"] if self.free != after.free else []),
-        ]
-
-
-def expect_raise(
-    error_type: type[BaseException],
-    what: str,
-    function: Callable[..., Any],
-    *args: Any,
-    scenario: str,
-    hint: str | Hint,
-) -> BaseException:
-    """Call learner code that must raise ``error_type``; returns the error, or fails naming ``what``.
-
-    Unfinished code still reads "not implemented yet" (the call is repeated through call_learner).
-    """
-    try:
-        function(*args)
-    except error_type as error:
-        return error
-    except NotImplementedError:
-        call_learner(what, function, *args, scenario=scenario)
-        raise  # call_learner raised NotImplementedYet; reached only if the repeat did not raise
-    except Exception as error:  # the learner's code raised something else: that is the finding
-        fail(scenario, f"{error_type.__name__} from {what}", f"{type(error).__name__}: {error}", hint)
-    fail(scenario, f"{error_type.__name__} from {what}", "no exception", hint)
-    raise AssertionError("unreachable: fail() raises")
-
-
-def expect_refused(
-    error_type: type[BaseException],
-    what: str,
-    function: Callable[..., Any],
-    *args: Any,
-    cache: Any,
-    scenario: str,
-    hint: str | Hint,
-    changed_hint: str | Hint | Callable[[CacheSnapshot, CacheSnapshot], str | Hint],
-) -> None:
-    """Learner code that must raise ``error_type`` and leave ``cache``'s bookkeeping exactly as it was.
-
-    A refusal (MemoryError from a reserve that cannot be completed, say) is all or nothing: the
-    tables, lengths, reference counts and free list after it are compared with a snapshot taken
-    before. ``changed_hint`` may be a function of the two snapshots, to name what was kept.
-    """
-    before = CacheSnapshot.of(cache)
-    expect_raise(error_type, what, function, *args, scenario=scenario, hint=hint)
-    after = CacheSnapshot.of(cache)
-    changes = before.changes(after)
-    if changes:
-        name = error_type.__name__
-        fail(
-            scenario,
-            f"{name}, with the cache exactly as before",
-            f"{name}, but the cache changed first: " + "; ".join(changes),
-            changed_hint(before, after) if callable(changed_hint) else changed_hint,
-        )
 
 
 # ----- hidden scenarios ----------------------------------------------------------------------------
