@@ -30,6 +30,7 @@ from typing import Any
 from ..workloads import ChatWorkload, multi_turn_chats, trace_chats
 from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from
 from .implementation import add_impl_argument, load_impl
+from .prompt_counts import PromptCounts
 from .radix import RadixServer
 
 REPLICA_COUNTS = (1, 2, 4, 8)
@@ -75,7 +76,7 @@ def block_keys(tokens: list[int], size: int) -> list[tuple[int, ...]]:
 
 
 @dataclass
-class RouteRun:
+class RouteRun(PromptCounts):
     """What one policy did with one replica count."""
 
     policy: str
@@ -85,14 +86,6 @@ class RouteRun:
     prefill_by_replica: list[int] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list, repr=False)
     rounds: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
 
     @property
     def imbalance(self) -> float:
