@@ -96,6 +96,21 @@ def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     return found
 
 
+def checked_forward(
+    model: Any, cache: Any, seq: str, before: list[int], new: list[int], where: str, *, hint: str
+) -> list[int]:
+    """The model's forward pass over ``new`` on the learner's ``cache``, for request ``seq`` whose
+    table already holds the keys of ``before``; every row of logits must equal a from-scratch run of
+    ``before + new``, and ``hint`` says where to look when one does not (what the check compared
+    before the pass was right). Returns ``before + new``: the tokens seq's table holds keys for now.
+    Both model checks on a radix cache run their prefills and decode steps through it."""
+    call_learner(f"set_batch([{seq!r}])", cache.set_batch, [seq], scenario=where)
+    got = forward_through_cache(model, cache, {seq: new}, [len(before)], scenario=where)[0]  # [T, vocab]
+    tokens = before + new
+    expect_from_scratch(model, tokens, got, scenario=where, hint=hint)
+    return tokens
+
+
 class _ModelServer:
     """The learner's radix cache on the learner's paged cache, under the tiny Qwen3, one request at a time.
 
@@ -205,11 +220,7 @@ class _ModelServer:
         self._expect_fresh(seq, self._table(seq)[before:], where)
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
-        start = len(self.tokens[seq])
-        got = forward_through_cache(self.model, self.cache, {seq: new}, [start], scenario=where)[0]  # [T, vocab]
-        self.tokens[seq] += new
-        expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
+        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
 
     # --- what the check knows -----------------------------------------------------------------
 

@@ -45,9 +45,8 @@ from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .pool_accounts import block_holders, expect_pool_matches
-from .radix_logits import longest_cached, tree_blocks
+from .radix_logits import checked_forward, longest_cached, tree_blocks
 from .report import call_learner, ceil_div, check, fail
-from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 
 __all__ = ["check_tiered_cache"]
@@ -248,10 +247,7 @@ class _Server:
             call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
-        got = forward_through_cache(self.model, self.cache, {seq: new}, [len(self.tokens[seq])], scenario=where)[0]
-        self.tokens[seq] += new
-        expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
+        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
 
     # --- what the check knows -------------------------------------------------------------------
     def _table(self, seq: str, where: str) -> list[int]:
