@@ -41,7 +41,7 @@ from .strict import learner_dict, learner_int, learner_int_list, learner_tensor,
 
 __all__ = ["check_radix_logits"]
 
-BLOCK = 4
+BLOCK = 4  # tokens per block; check_tiered_cache imports it (its trees and caches are built here too)
 DECODE_STEPS = 2
 VOCAB = tiny_config().vocab_size  # the model _ModelServer runs: tiny_qwen3(seed) keeps this config
 
@@ -96,6 +96,22 @@ def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     return found
 
 
+def learner_paged_cache(PagedKVCache: Any, config: Any, num_blocks: int, scenario: str) -> Any:
+    """The learner's PagedKVCache for the model of ``config`` (its layers, KV heads, head size):
+    ``num_blocks`` blocks of BLOCK tokens on DEVICE. Both model checks on a radix cache build theirs here."""
+    return call_learner(
+        f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
+        PagedKVCache,
+        config.num_hidden_layers,
+        num_blocks,
+        BLOCK,
+        config.num_key_value_heads,
+        config.head_dim,
+        device=DEVICE,
+        scenario=scenario,
+    )
+
+
 def checked_forward(
     model: Any, cache: Any, seq: str, before: list[int], new: list[int], where: str, *, hint: str
 ) -> list[int]:
@@ -124,17 +140,7 @@ class _ModelServer:
         self.model = tiny_qwen3(seed, device=DEVICE)
         config = self.model.config
         self.vocab = config.vocab_size
-        self.cache = call_learner(
-            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
-            PagedKVCache,
-            config.num_hidden_layers,
-            num_blocks,
-            BLOCK,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=DEVICE,
-            scenario=scenario,
-        )
+        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
         self.radix = call_learner(
             f"RadixCache(cache.allocator, block_size={BLOCK})",
             RadixCache,

@@ -45,13 +45,12 @@ from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .pool_accounts import block_holders, expect_pool_matches
-from .radix_logits import checked_forward, longest_cached, tree_blocks
+from .radix_logits import BLOCK, checked_forward, learner_paged_cache, longest_cached, tree_blocks
 from .report import call_learner, ceil_div, check, fail
 from .strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 
 __all__ = ["check_tiered_cache"]
 
-BLOCK = 4  # radix_logits.tree_blocks reads trees of blocks of 4 too
 DECODE_STEPS = 1
 VOCAB = tiny_config().vocab_size
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
@@ -108,17 +107,7 @@ class _Server:
         self.scenario, self.num_blocks, self.host_slots, self.policy = scenario, num_blocks, host_slots, policy
         self.model = tiny_qwen3(seed, device=DEVICE)
         config = self.model.config
-        self.cache = call_learner(
-            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
-            PagedKVCache,
-            config.num_hidden_layers,
-            num_blocks,
-            BLOCK,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=DEVICE,
-            scenario=scenario,
-        )
+        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
         self.tiered = call_learner(
             f"TieredRadixCache(cache, host_slots={host_slots}, write_policy={policy!r})",
             TieredRadixCache,
