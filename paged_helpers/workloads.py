@@ -191,6 +191,15 @@ def _length(rng: random.Random, bounds: tuple[int, int], name: str) -> int:
     return rng.randint(low, high)
 
 
+def _check_chat_sizes(conversations: int, turns: int, system_tokens: int) -> None:
+    """ValueError unless there are chats and turns to make and the system prompt's length is not negative."""
+    if conversations < 1 or turns < 1 or system_tokens < 0:
+        raise ValueError(
+            "conversations and turns must be positive and system_tokens non-negative, got "
+            f"{conversations}, {turns}, {system_tokens}"
+        )
+
+
 def multi_turn_chats(
     conversations: int = 12,
     turns: int = 6,
@@ -201,11 +210,7 @@ def multi_turn_chats(
     seed: int = 0,
 ) -> ChatWorkload:
     """``conversations`` chats of ``turns`` turns each; see ChatWorkload."""
-    if conversations < 1 or turns < 1 or system_tokens < 0:
-        raise ValueError(
-            "conversations and turns must be positive and system_tokens non-negative, got "
-            f"{conversations}, {turns}, {system_tokens}"
-        )
+    _check_chat_sizes(conversations, turns, system_tokens)
     rng = random.Random(seed)
     system = random_tokens(system_tokens, vocab_size, rng)
     chats = []
@@ -285,11 +290,7 @@ def trace_chats(
     ``run.py route --workload sharegpt``): each turn's user message and the reply to it take the input
     and output lengths of one request of the trace, drawn by ``random.Random(seed)``. The tokens are
     random; only the lengths come from the trace. See ChatWorkload for how the prompts grow."""
-    if conversations < 1 or turns < 1 or system_tokens < 0:
-        raise ValueError(
-            "conversations and turns must be positive and system_tokens non-negative, got "
-            f"{conversations}, {turns}, {system_tokens}"
-        )
+    _check_chat_sizes(conversations, turns, system_tokens)
     lengths = length_trace(trace)
     pairs = list(zip(lengths.input_tokens, lengths.output_tokens, strict=True))
     rng = random.Random(seed)

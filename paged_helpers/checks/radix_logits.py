@@ -44,7 +44,7 @@ from .speaking.report import check
 
 __all__ = ["check_radix_logits"]
 
-BLOCK = 4
+BLOCK = 4  # tokens per block; check_tiered_cache imports it (its trees and caches are built here too)
 DECODE_STEPS = 2
 VOCAB = tiny_config().vocab_size  # the model _ModelServer runs: tiny_qwen3(seed) keeps this config
 
@@ -99,6 +99,37 @@ def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     return found
 
 
+def learner_paged_cache(PagedKVCache: Any, config: Any, num_blocks: int, scenario: str) -> Any:
+    """The learner's PagedKVCache for the model of ``config`` (its layers, KV heads, head size):
+    ``num_blocks`` blocks of BLOCK tokens on DEVICE. Both model checks on a radix cache build theirs here."""
+    return call_learner(
+        f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
+        PagedKVCache,
+        config.num_hidden_layers,
+        num_blocks,
+        BLOCK,
+        config.num_key_value_heads,
+        config.head_dim,
+        device=DEVICE,
+        scenario=scenario,
+    )
+
+
+def checked_forward(
+    model: Any, cache: Any, seq: str, before: list[int], new: list[int], where: str, *, hint: str
+) -> list[int]:
+    """The model's forward pass over ``new`` on the learner's ``cache``, for request ``seq`` whose
+    table already holds the keys of ``before``; every row of logits must equal a from-scratch run of
+    ``before + new``, and ``hint`` says where to look when one does not (what the check compared
+    before the pass was right). Returns ``before + new``: the tokens seq's table holds keys for now.
+    Both model checks on a radix cache run their prefills and decode steps through it."""
+    call_learner(f"set_batch([{seq!r}])", cache.set_batch, [seq], scenario=where)
+    got = forward_through_cache(model, cache, {seq: new}, [len(before)], scenario=where)[0]  # [T, vocab]
+    tokens = before + new
+    expect_from_scratch(model, tokens, got, scenario=where, hint=hint)
+    return tokens
+
+
 class _ModelServer:
     """The learner's radix cache on the learner's paged cache, under the tiny Qwen3, one request at a time.
 
@@ -112,17 +143,7 @@ class _ModelServer:
         self.model = tiny_qwen3(seed, device=DEVICE)
         config = self.model.config
         self.vocab = config.vocab_size
-        self.cache = call_learner(
-            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
-            PagedKVCache,
-            config.num_hidden_layers,
-            num_blocks,
-            BLOCK,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=DEVICE,
-            scenario=scenario,
-        )
+        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
         self.radix = call_learner(
             f"RadixCache(cache.allocator, block_size={BLOCK})",
             RadixCache,
@@ -208,11 +229,7 @@ class _ModelServer:
         self._expect_fresh(seq, self._table(seq)[before:], where)
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
-        start = len(self.tokens[seq])
-        got = forward_through_cache(self.model, self.cache, {seq: new}, [start], scenario=where)[0]  # [T, vocab]
-        self.tokens[seq] += new
-        expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
+        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
 
     # --- what the check knows -----------------------------------------------------------------
 

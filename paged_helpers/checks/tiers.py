@@ -44,17 +44,15 @@ from ..device import DEVICE
 from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
-from .radix_logits import longest_cached, tree_blocks
+from .radix_logits import BLOCK, checked_forward, learner_paged_cache, longest_cached, tree_blocks
 from .reading.calls import call_learner
 from .reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
-from .reading.scratch import expect_from_scratch, forward_through_cache
 from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 from .speaking.failure import fail
 from .speaking.report import check
 
 __all__ = ["check_tiered_cache"]
 
-BLOCK = 4  # radix_logits.tree_blocks reads trees of blocks of 4 too
 DECODE_STEPS = 1
 VOCAB = tiny_config().vocab_size
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
@@ -111,17 +109,7 @@ class _Server:
         self.scenario, self.num_blocks, self.host_slots, self.policy = scenario, num_blocks, host_slots, policy
         self.model = tiny_qwen3(seed, device=DEVICE)
         config = self.model.config
-        self.cache = call_learner(
-            f"PagedKVCache(layers={config.num_hidden_layers}, num_blocks={num_blocks}, block_size={BLOCK}, ...)",
-            PagedKVCache,
-            config.num_hidden_layers,
-            num_blocks,
-            BLOCK,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=DEVICE,
-            scenario=scenario,
-        )
+        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
         self.tiered = call_learner(
             f"TieredRadixCache(cache, host_slots={host_slots}, write_policy={policy!r})",
             TieredRadixCache,
@@ -250,10 +238,7 @@ class _Server:
             call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        call_learner(f"set_batch([{seq!r}])", self.cache.set_batch, [seq], scenario=where)
-        got = forward_through_cache(self.model, self.cache, {seq: new}, [len(self.tokens[seq])], scenario=where)[0]
-        self.tokens[seq] += new
-        expect_from_scratch(self.model, self.tokens[seq], got, scenario=where, hint=LOGITS_HINT)
+        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
 
     # --- what the check knows -------------------------------------------------------------------
     def _table(self, seq: str, where: str) -> list[int]:

@@ -28,13 +28,14 @@ from typing import Any
 from ..learner_view.access import create_holding
 from ..workloads import ChatWorkload, document_questions, few_shot_prompts, multi_turn_chats
 from .implementation import add_impl_argument, load_impl
+from .prompt_counts import PromptCounts
 
 FCFS = "fcfs"
 CACHE_AWARE = "cache-aware"
 
 
 @dataclass
-class ServerRun:
+class ServerRun(PromptCounts):
     """What one server did with the workload."""
 
     cache_kind: str
@@ -46,14 +47,6 @@ class ServerRun:
     longest_wait: int = 0  # rounds, over all requests
     with_model: bool = False  # False: bookkeeping only, so seconds say nothing about prefill
     order_served: list[tuple[int, int]] = field(default_factory=list, repr=False)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
 
     @property
     def tokens_per_s(self) -> float:

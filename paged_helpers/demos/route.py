@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..workloads import ChatWorkload, multi_turn_chats, trace_chats
-from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from
-from .implementation import add_impl_argument, load_impl
+from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
+from .cost_model import COST_MODEL, CostModel, cost_model_from
+from .implementation import load_impl
+from .prompt_counts import PromptCounts
 from .radix import RadixServer
 
 REPLICA_COUNTS = (1, 2, 4, 8)
@@ -75,7 +77,7 @@ def block_keys(tokens: list[int], size: int) -> list[tuple[int, ...]]:
 
 
 @dataclass
-class RouteRun:
+class RouteRun(PromptCounts):
     """What one policy did with one replica count."""
 
     policy: str
@@ -85,14 +87,6 @@ class RouteRun:
     prefill_by_replica: list[int] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list, repr=False)
     rounds: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
 
     @property
     def imbalance(self) -> float:
@@ -271,18 +265,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replicas", type=int, nargs="+", default=list(REPLICA_COUNTS), help="replica counts (default 1 2 4 8)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    parser.add_argument(
-        "--no-model", action="store_true", help="accepted for symmetry with run.py radix: this demo never runs a model"
-    )
-    add_cost_arguments(parser)
-    add_impl_argument(parser)
+    add_bookkeeping_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    for name in ("conversations", "turns", "block_size", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    require_positive_integers(args, ("conversations", "turns", "block_size", "batch"))
     if any(count < 1 for count in args.replicas) or (args.blocks is not None and args.blocks < 1):
         raise SystemExit("--replicas and --blocks must be positive integers")
     CacheAwareRouter = load_impl(args, "11_cache_tiers_and_routing", "CacheAwareRouter")  # noqa: N806

@@ -24,8 +24,9 @@ from typing import Any
 
 from ..learner_view.access import create_holding
 from ..workloads import ChatWorkload, multi_turn_chats
-from .cost_model import COST_MODEL, CostModel, add_cost_arguments, cost_model_from, measured_host_to_gpu
-from .implementation import add_impl_argument, load_impl
+from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
+from .cost_model import COST_MODEL, CostModel, cost_model_from, measured_host_to_gpu
+from .implementation import load_impl
 from .radix import RadixServer, ServerRun, _reserve, serve_chats
 
 HOST_MULTIPLES = (0, 0.5, 1, 2, 4, 8)
@@ -177,18 +178,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-blocks", type=int, default=48, help="GPU pool, blocks (default 48)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--batch", type=int, default=4, help="requests admitted per round (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    parser.add_argument(
-        "--no-model", action="store_true", help="accepted for symmetry with run.py radix: this demo never runs a model"
-    )
-    add_cost_arguments(parser)
-    add_impl_argument(parser)
+    add_bookkeeping_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    for name in ("conversations", "turns", "gpu_blocks", "block_size", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    require_positive_integers(args, ("conversations", "turns", "gpu_blocks", "block_size", "batch"))
     TieredRadixCache = load_impl(args, "11_cache_tiers_and_routing", "TieredRadixCache")  # noqa: N806
     RadixCache = load_impl(args, "10_radix_cache", "RadixCache")  # noqa: N806
     PagedKVCache = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")  # noqa: N806
