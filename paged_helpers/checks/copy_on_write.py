@@ -44,7 +44,9 @@ from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
 from ..learner_view.access import assign
 from ..workloads import fork_prompt
+from .reading.cache_reads import CacheReads
 from .reading.calls import call_learner
+from .reading.model_run import ModelRun
 from .reading.pool_accounts import (
     block_holders,
     ceil_div,
@@ -53,9 +55,8 @@ from .reading.pool_accounts import (
     new_paged_cache,
     read_cache_ahead,
 )
-from .reading.scratch import expect_from_scratch, forward_through_cache
 from .reading.snapshot import expect_refused
-from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .reading.strict import learner_tensor, torch_unhooked
 from .speaking.failure import Hint, fail
 from .speaking.report import check
 
@@ -122,6 +123,7 @@ class _Scene:
         self.scenario = scenario
         self.num_blocks = num_blocks
         self.cache = new_paged_cache(PagedKVCache, (LAYERS, num_blocks, BLOCK, KV_HEADS, HEAD_DIM), scenario=scenario)
+        self.reads = CacheReads(self.cache)
         self.history: dict[str, list[int]] = {}
         self.author: dict[int, tuple[str, int]] = {}
         self.writers: dict[str, int] = {}
@@ -136,22 +138,18 @@ class _Scene:
         """The sequences whose table names ``block`` (other than ``besides``)."""
         return [seq for seq in block_holders(self._tables(), self.num_blocks)[block] if seq != besides]
 
-    # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
+    # Plain copies of the learner's bookkeeping (reading.cache_reads): never compared as the learner's objects.
     def _tables(self) -> dict:
-        read_cache_ahead(self.cache)
-        return learner_dict(self.cache.tables, "cache.tables", self.scenario, learner_int_list)
+        return self.reads.tables(self.scenario)
 
     def _length(self, seq: str) -> int:
-        read_cache_ahead(self.cache)
-        return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
+        return self.reads.length(seq, self.scenario)
 
     def _refs(self) -> list[int]:
-        read_cache_ahead(self.cache)
-        return learner_int_list(self.allocator.refs, "allocator.refs", self.scenario)
+        return self.reads.refs(self.scenario)
 
     def _num_free(self) -> int:
-        read_cache_ahead(self.cache)
-        return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
+        return self.reads.num_free(self.scenario)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -575,66 +573,34 @@ def _diagnose(cache: Any, parent: str, child: str, fork_length: int) -> str | Hi
     return "a sequence's history changed after the fork; check_copy_on_write names the step where it happens"
 
 
-class _ForkRun:
-    """The learner's cache under the tiny Qwen3: each sequence's tokens, the fork under test, one step at a time.
+class _ForkRun(ModelRun):
+    """The learner's cache under the tiny Qwen3 (``reading.model_run``), with the fork under test.
 
     ``forked`` is (parent, child, tokens at the fork) of the latest fork: a wrong logit is diagnosed
     from the state of those two tables.
     """
 
-    def __init__(self, PagedKVCache: Any, seed: int, device: torch.device) -> None:
-        self.model = tiny_qwen3(seed, device=device)
-        self.seed, self.num_blocks, config = seed, 24, self.model.config
-        sizes = (config.num_hidden_layers, self.num_blocks, FORK_BLOCK, config.num_key_value_heads, config.head_dim)
-        self.cache = new_paged_cache(PagedKVCache, sizes, scenario="", device=device)
-        self.tokens: dict[str, list[int]] = {}
-        self.last: dict[str, torch.Tensor] = {}  # each sequence's logits at its last position
+    def __init__(self, PagedKVCache: Any, seed: int, device: torch.device) -> None:  # noqa: N803
+        model, num_blocks = tiny_qwen3(seed, device=device), 24
+        config = model.config
+        sizes = (config.num_hidden_layers, num_blocks, FORK_BLOCK, config.num_key_value_heads, config.head_dim)
+        super().__init__(model, new_paged_cache(PagedKVCache, sizes, scenario="", device=device), num_blocks)
+        self.seed = seed
         self.forked = ("parent", "child", 0)
         self.prompt_length = 0
 
-    @property
-    def vocab(self) -> int:
-        return self.model.config.vocab_size
-
-    def create(self, seq: str, scenario: str) -> None:
-        call_learner(f"create({seq!r})", self.cache.create, seq, scenario=scenario)
-        self.tokens[seq] = []
-
     def fork(self, parent: str, child: str, scenario: str) -> None:
-        call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=scenario)
-        self.tokens[child] = list(self.tokens[parent])
+        super().fork(parent, child, scenario)
         self.forked = (parent, child, len(self.tokens[child]))
 
-    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> None:
-        """One forward pass of ``new_tokens`` (same count per sequence); each sequence's last logits must
-        equal a from-scratch run of its tokens."""
-        seqs = list(new_tokens)
-        for seq in seqs:
-            count = len(new_tokens[seq])
-            call_learner(f"reserve({seq!r}, {count})", self.cache.reserve, seq, count, scenario=scenario)
-        call_learner(f"set_batch({seqs})", self.cache.set_batch, seqs, scenario=scenario)
-        starts = [len(self.tokens[seq]) for seq in seqs]
-        logits = forward_through_cache(self.model, self.cache, new_tokens, starts, scenario=scenario)  # [B, T, V]
-        for row, seq in enumerate(seqs):
-            self.tokens[seq] += new_tokens[seq]
-            self.last[seq] = logits[row, -1]
-            expect_from_scratch(
-                self.model,
-                self.tokens[seq],
-                logits[row, -1:],
-                scenario=f"{scenario}: the logits of {seq!r}",
-                hint=lambda: _diagnose(self.cache, *self.forked),
-            )
+    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> None:  # type: ignore[override]
+        """One engine step of ``new_tokens``: every row must equal a from-scratch run of its sequence."""
+        super().step(new_tokens, scenario, hint=lambda: _diagnose(self.cache, *self.forked))
 
     def finish(self) -> None:
-        for seq in list(self.tokens):
-            call_learner(f"free({seq!r})", self.cache.free, seq, scenario="freeing every sequence")
-        expect_all_free(
-            self.cache.allocator,
-            self.num_blocks,
-            f"after freeing {', '.join(self.tokens)}",
+        self.free_all(
             "the logits were right but blocks leaked: after copy-on-write, release the shared block once "
-            "(the sequence no longer points at it)",
+            "(the sequence no longer points at it)"
         )
 
 

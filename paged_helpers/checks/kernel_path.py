@@ -47,8 +47,8 @@ from ..running.launch_watch import genuine_triton_kernel
 from ..workloads import fork_prompt
 from .kernels import TIME_LIMIT_S, TOLERANCES
 from .reading.calls import call_learner
-from .reading.pool_accounts import expect_all_free, new_paged_cache
-from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.model_run import ModelRun
+from .reading.pool_accounts import new_paged_cache
 from .reading.strict import refuse_odd_value, strict_allclose, torch_unhooked
 from .speaking.failure import Hint, NotImplementedYet, fail
 from .speaking.report import check, run_hidden_scenarios
@@ -352,22 +352,18 @@ def _diagnose(calls: list[_Call], scenario: str) -> Hint:
 # -- the story ----------------------------------------------------------------------------------------
 
 
-class _KernelRun:
-    """The learner's cache under the tiny Qwen3 on the learner's kernels, one step at a time."""
+class _KernelRun(ModelRun):
+    """The learner's cache under the tiny Qwen3 (``reading.model_run``) with attention on the learner's
+    kernels, whose every call ``kernels`` records for the messages."""
 
     def __init__(self, PagedKVCache: Any, decode: Callable, prefill: Callable, seed: int) -> None:  # noqa: N803
-        self.model = tiny_qwen3(seed, device=DEVICE)
-        config = self.model.config
+        model = tiny_qwen3(seed, device=DEVICE)
+        config = model.config
         sizes = (config.num_hidden_layers, NUM_BLOCKS, BLOCK, config.num_key_value_heads, config.head_dim)
-        self.cache = new_paged_cache(PagedKVCache, sizes, scenario="the kernel path's cache", device=DEVICE)
-        self.kernels = _Kernels(decode, prefill, self.cache)
+        cache = new_paged_cache(PagedKVCache, sizes, scenario="the kernel path's cache", device=DEVICE)
+        super().__init__(model, cache, NUM_BLOCKS)
+        self.kernels = _Kernels(decode, prefill, cache)
         self.seed = seed
-        self.tokens: dict[str, list[int]] = {}
-        self.last: dict[str, torch.Tensor] = {}
-
-    @property
-    def vocab(self) -> int:
-        return self.model.config.vocab_size
 
     def scramble(self) -> None:
         """Two bystanders take turns for every block; freeing one leaves a free list of every other block."""
@@ -380,29 +376,15 @@ class _KernelRun:
                 call_learner(f"reserve({seq!r}, {tokens})", self.cache.reserve, seq, tokens, scenario=scenario)
         call_learner("free('freed')", self.cache.free, "freed", scenario=scenario)
 
-    def create(self, seq: str, scenario: str) -> None:
-        call_learner(f"create({seq!r})", self.cache.create, seq, scenario=scenario)
-        self.tokens[seq] = []
-
-    def fork(self, parent: str, child: str, scenario: str) -> None:
-        call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=scenario)
-        self.tokens[child] = list(self.tokens[parent])
-
-    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> None:
-        """One forward pass on the kernel path; each row's logits must equal its from-scratch run."""
-        seqs = list(new_tokens)
-        for seq in seqs:
-            count = len(new_tokens[seq])
-            call_learner(f"reserve({seq!r}, {count})", self.cache.reserve, seq, count, scenario=scenario)
-        call_learner(f"set_batch({seqs})", self.cache.set_batch, seqs, scenario=scenario)
-        starts = [len(self.tokens[seq]) for seq in seqs]
+    def step(self, new_tokens: dict[str, list[int]], scenario: str) -> None:  # type: ignore[override]
+        """One engine step on the kernel path: the model must reach the learner's kernel for this kind of
+        step, and each row's logits must equal its from-scratch run."""
+        for seq, new in new_tokens.items():
+            self.reserve(seq, len(new), scenario)
         self.kernels.calls, self.kernels.scenario = [], scenario
-        logits = forward_through_cache(
-            self.model, self.cache, new_tokens, starts, scenario=scenario, attention=self.kernels.attention()
-        )  # [B, T, V]
-        kinds = {call.kind for call in self.kernels.calls}
-        wanted = "decode" if len(new_tokens[seqs[0]]) == 1 else "prefill"
-        if wanted not in kinds:
+        logits = self.run_model(new_tokens, scenario, attention=self.kernels.attention())  # [B, T, V]
+        wanted = "decode" if len(next(iter(new_tokens.values()))) == 1 else "prefill"
+        if wanted not in {call.kind for call in self.kernels.calls}:
             fail(
                 scenario,
                 f"the model to call your paged_{wanted}_attention in every layer",
@@ -411,25 +393,13 @@ class _KernelRun:
                 "prefill=paged_prefill_attention)",
             )
         calls = self.kernels.calls
-        for row, seq in enumerate(seqs):
-            self.tokens[seq] += new_tokens[seq]
-            self.last[seq] = logits[row, -1]
-            expect_from_scratch(
-                self.model,
-                self.tokens[seq],
-                logits[row],
-                scenario=f"{scenario}: the logits of {seq!r}",
-                hint=lambda: _diagnose(calls, scenario),
-            )
+        self.expect_rows(new_tokens, logits, scenario, hint=lambda: _diagnose(calls, scenario))
 
     def finish(self) -> None:
-        for seq in [*self.tokens, "bystander"]:
-            call_learner(f"free({seq!r})", self.cache.free, seq, scenario="freeing every sequence")
-        expect_all_free(
-            self.cache.allocator,
-            NUM_BLOCKS,
-            f"after freeing {', '.join(self.tokens)} and the bystander",
+        self.free_all(
             "the logits were right but blocks leaked: after copy-on-write, release the shared block once",
+            also=("bystander",),
+            also_named=" and the bystander",
         )
 
 

@@ -44,7 +44,9 @@ from dataclasses import astuple, dataclass
 import torch
 
 from ..learner_view.remote import learner_type
+from .reading.cache_reads import CacheReads
 from .reading.calls import call_learner, expect_raise
+from .reading.model_run import ModelRun
 from .reading.pool_accounts import (
     block_holders,
     ceil_div,
@@ -53,9 +55,9 @@ from .reading.pool_accounts import (
     new_paged_cache,
     read_cache_ahead,
 )
-from .reading.scratch import expect_from_scratch, forward_through_cache
+from .reading.scratch import forward_through_cache
 from .reading.snapshot import expect_refused
-from .reading.strict import learner_dict, learner_int, learner_int_list, torch_unhooked
+from .reading.strict import learner_dict, learner_int, torch_unhooked
 from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail, hint_text
 from .speaking.report import check, run_hidden_scenarios
 
@@ -168,28 +170,25 @@ class _Harness:
         self.generator = torch.Generator().manual_seed(0)
         sizes = astuple(setup)  # layers, num_blocks, block_size, kv_heads, head_dim
         self.cache = new_paged_cache(PagedKVCache, sizes, scenario=scenario, device=device, dtype=torch.float32)
+        self.reads = CacheReads(self.cache)
         self.expect_a_new_cache()
 
     @property
     def where(self) -> str:
         return f"{self.scenario}, {self.step}" if self.step else self.scenario
 
-    # Plain copies of the learner's bookkeeping (report.learner_*): never compared as the learner's objects.
+    # Plain copies of the learner's bookkeeping (reading.cache_reads): never compared as the learner's objects.
     def learner_tables(self) -> dict:
-        read_cache_ahead(self.cache)
-        return learner_dict(self.cache.tables, "cache.tables", self.where, learner_int_list)
+        return self.reads.tables(self.where)
 
     def learner_length(self, seq) -> int:
-        read_cache_ahead(self.cache)
-        return learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.where)
+        return self.reads.length(seq, self.where)
 
     def learner_num_free(self) -> int:
-        read_cache_ahead(self.cache)
-        return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.where)
+        return self.reads.num_free(self.where)
 
     def learner_refs(self) -> list[int]:
-        read_cache_ahead(self.cache)
-        return learner_int_list(self.cache.allocator.refs, "allocator.refs", self.where)
+        return self.reads.refs(self.where)
 
     # -- expectations that hold after every step ---------------------------------------------------
 
@@ -901,17 +900,22 @@ CACHE_STORY = (
 
 
 class _ModelRun(_Harness):
-    """The harness under the tiny Qwen3: also each sequence's tokens so far, for from-scratch runs."""
+    """The harness under the tiny Qwen3: each sequence's tokens so far (``model.tokens``, the driver
+    every model check shares: ``reading.model_run``), for from-scratch runs."""
 
     def __init__(self, PagedKVCache: type, block_size: int) -> None:  # noqa: N803
         from ..checkpoint import tiny_qwen3
 
-        self.model = tiny_qwen3(seed=0)
-        config = self.model.config
+        model = tiny_qwen3(seed=0)
+        config = model.config
         setup = _Setup(config.num_hidden_layers, 40, block_size, config.num_key_value_heads, config.head_dim)
-        super().__init__(PagedKVCache, setup, self.model.device, "the tiny Qwen3 on your cache")
-        self.tokens: dict = {}
+        super().__init__(PagedKVCache, setup, model.device, "the tiny Qwen3 on your cache")
+        self.model_run = ModelRun(model, self.cache, setup.num_blocks)
         self.prompts: dict = {}
+
+    @property
+    def vocab(self) -> int:
+        return self.model_run.vocab
 
     def forward(self, new: dict) -> None:
         """One forward pass of the sequences in ``new`` (same count each), compared with from scratch."""
@@ -922,20 +926,22 @@ class _ModelRun(_Harness):
         for seq in seqs:
             self.reserve(seq, count)
         self.set_batch(seqs)
-        logits = forward_through_cache(self.model, self.cache, new, lengths_before, scenario=self.where)
-        for row, seq in enumerate(seqs):
-            full = self.tokens[seq][: lengths_before[row]] + new[seq]
-            expect_from_scratch(
-                self.model,
-                full,
-                logits[row],
-                scenario=f"{self.where}: the logits of {seq!r} (row {row})",
-                hint="the history update returned for this sequence is not its own. Check: the "
-                "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
-                "p % block_size for every position of every row, span = highest position in the "
-                "batch + 1, and lengths per sequence.",
-            )
-            self.tokens[seq] = full
+        # The model starts each row where the learner's cache says the sequence ends (a wrong length
+        # is named below, after the logits); the check's record of its tokens is cut there to match.
+        for seq, length in zip(seqs, lengths_before, strict=True):
+            self.model_run.tokens[seq] = self.model_run.tokens[seq][:length]
+        logits = forward_through_cache(self.model_run.model, self.cache, new, lengths_before, scenario=self.where)
+        self.model_run.expect_rows(
+            new,
+            logits,
+            self.where,
+            hint="the history update returned for this sequence is not its own. Check: the "
+            "table_tensor row of each sequence (set_batch order), table[p // block_size] and "
+            "p % block_size for every position of every row, span = highest position in the "
+            "batch + 1, and lengths per sequence.",
+        )
+        for seq in seqs:
+            full = self.model_run.tokens[seq]
             if self.learner_length(seq) != len(full):
                 fail(
                     f"{self.where}: lengths[{seq!r}]",
@@ -951,16 +957,16 @@ class _ModelRun(_Harness):
 
     def truncate(self, seq, length: int) -> None:
         super().truncate(seq, length)
-        self.tokens[seq] = self.tokens[seq][:length]
+        self.model_run.tokens[seq] = self.model_run.tokens[seq][:length]
 
 
 def _four_prompts(run: _ModelRun, rng: random.Random) -> None:
-    b, vocab = run.cache.block_size, run.model.config.vocab_size
+    b, vocab = run.cache.block_size, run.vocab
     lengths = {"s0": 2 * b + 1, "s1": b, "s2": 3 * b - 1, "s3": 1}
     run.prompts = {seq: [rng.randrange(vocab) for _ in range(n)] for seq, n in lengths.items()}
     for seq in run.prompts:
         run.create(seq)
-        run.tokens[seq] = []
+        run.model_run.tokens[seq] = []
 
 
 def _chunked_prefills(run: _ModelRun, rng: random.Random) -> None:
@@ -978,7 +984,7 @@ def _chunked_prefills(run: _ModelRun, rng: random.Random) -> None:
 
 
 def _decode_steps(run: _ModelRun, rng: random.Random) -> None:
-    vocab = run.model.config.vocab_size
+    vocab = run.vocab
     order = [["s2", "s0", "s3", "s1"], ["s3", "s2", "s0"], ["s1", "s0", "s2", "s3"], ["s0", "s1", "s2", "s3"]]
     for index, batch in enumerate(order):
         run.step = f"decode step {index + 1}"
@@ -990,7 +996,7 @@ def _truncate_across_a_boundary(run: _ModelRun, rng: random.Random) -> None:
 
 
 def _decode_after_truncate(run: _ModelRun, rng: random.Random) -> None:
-    vocab = run.model.config.vocab_size
+    vocab = run.vocab
     for index in range(2):
         run.step = f"decode step {index + 1} after truncate"
         run.forward({seq: [rng.randrange(vocab)] for seq in ["s0", "s2"]})

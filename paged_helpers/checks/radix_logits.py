@@ -31,14 +31,13 @@ import torch
 
 from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
-from ..learner_view.access import create_holding
 from ..learner_view.prefetch import prefetch
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
 from .reading.calls import call_learner
+from .reading.model_run import ModelRun
 from .reading.pool_accounts import ceil_div
-from .reading.scratch import expect_from_scratch, forward_through_cache
-from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from .reading.strict import learner_dict, learner_int_list, learner_tensor, strict_equal
 from .speaking.failure import fail
 from .speaking.report import check
 
@@ -115,23 +114,9 @@ def learner_paged_cache(PagedKVCache: Any, config: Any, num_blocks: int, scenari
     )
 
 
-def checked_forward(
-    model: Any, cache: Any, seq: str, before: list[int], new: list[int], where: str, *, hint: str
-) -> list[int]:
-    """The model's forward pass over ``new`` on the learner's ``cache``, for request ``seq`` whose
-    table already holds the keys of ``before``; every row of logits must equal a from-scratch run of
-    ``before + new``, and ``hint`` says where to look when one does not (what the check compared
-    before the pass was right). Returns ``before + new``: the tokens seq's table holds keys for now.
-    Both model checks on a radix cache run their prefills and decode steps through it."""
-    call_learner(f"set_batch([{seq!r}])", cache.set_batch, [seq], scenario=where)
-    got = forward_through_cache(model, cache, {seq: new}, [len(before)], scenario=where)[0]  # [T, vocab]
-    tokens = before + new
-    expect_from_scratch(model, tokens, got, scenario=where, hint=hint)
-    return tokens
-
-
-class _ModelServer:
-    """The learner's radix cache on the learner's paged cache, under the tiny Qwen3, one request at a time.
+class _ModelServer(ModelRun):
+    """The learner's radix cache on the learner's paged cache, under the tiny Qwen3 (``reading.model_run``),
+    one request at a time.
 
     The check keeps its own record of every full block it prefilled: the prefix whose keys it
     holds (``written``) and a copy of its layer-0 keys (``keys``). Only the check writes these
@@ -139,11 +124,9 @@ class _ModelServer:
     """
 
     def __init__(self, RadixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:
-        self.scenario, self.num_blocks = scenario, num_blocks
-        self.model = tiny_qwen3(seed, device=DEVICE)
-        config = self.model.config
-        self.vocab = config.vocab_size
-        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
+        self.scenario = scenario
+        model = tiny_qwen3(seed, device=DEVICE)
+        super().__init__(model, learner_paged_cache(PagedKVCache, model.config, num_blocks, scenario), num_blocks)
         self.radix = call_learner(
             f"RadixCache(cache.allocator, block_size={BLOCK})",
             RadixCache,
@@ -154,7 +137,6 @@ class _ModelServer:
         self.written: dict[int, tuple[int, ...]] = {}
         self.keys: dict[int, torch.Tensor] = {}
         self.locks: dict[str, Any] = {}
-        self.tokens: dict[str, list[int]] = {}
         self.served: list[tuple[int, ...]] = []  # whole-block prefixes inserted so far
 
     # --- one request --------------------------------------------------------------------------
@@ -173,9 +155,8 @@ class _ModelServer:
         self._expect_matched_blocks(blocks, prompt, where)
         call_learner(f"lock(node of {name}'s match)", self.radix.lock, node, scenario=where)
         # create, then the matched blocks shared into the new table (the request's own references)
-        call_learner(f"create({seq!r}) holding match's blocks", create_holding, self.cache, seq, blocks, scenario=where)
+        self.create_holding(seq, blocks, prompt[:reused], "match's blocks", where)
         self.locks[seq] = node
-        self.tokens[seq] = list(prompt[:reused])
         self._reserve(seq, len(prompt) - reused, where)
         self._forward(
             seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
@@ -195,8 +176,7 @@ class _ModelServer:
 
     def finish(self, seq: str) -> None:
         call_learner(f"unlock(node of {seq!r})", self.radix.unlock, self.locks.pop(seq), scenario=self.scenario)
-        call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
-        del self.tokens[seq]
+        self.free(seq, self.scenario)
 
     def drain(self) -> None:
         for seq in list(self.locks):
@@ -215,33 +195,31 @@ class _ModelServer:
 
     # --- the engine's steps --------------------------------------------------------------------
     def _reserve(self, seq: str, tokens: int, where: str) -> None:
+        """reserve, evicting from the tree when the pool is short (as an engine does); every block it
+        adds must be free: in no table and not in the tree."""
         before = len(self._table(seq))
-        try:
-            self.cache.reserve(seq, tokens)
-        except MemoryError:
-            to_add = call_learner(
-                f"blocks_to_add({seq!r}, {tokens})", self.cache.blocks_to_add, seq, tokens, scenario=where
-            )
-            wanted = self._num_free() + learner_int(to_add, f"blocks_to_add({seq!r}, {tokens})", where)
-            call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=where)
-            self._expect_tree_held(f"{where}, after evict({wanted})")
-            call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
+        self.reserve(seq, tokens, where, when_full=lambda: self._evict_for(seq, tokens, where))
         self._expect_fresh(seq, self._table(seq)[before:], where)
 
+    def _evict_for(self, seq: str, tokens: int, where: str) -> None:
+        wanted = self.blocks_wanted(seq, tokens, where)
+        call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=where)
+        self._expect_tree_held(f"{where}, after evict({wanted})")
+
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
+        self.forward({seq: new}, where, hint=LOGITS_HINT)
 
     # --- what the check knows -----------------------------------------------------------------
 
-    # Read strictly (checks/reading/strict.py): a learner's int or tensor subclass cannot answer for itself.
+    # Read strictly (reading.cache_reads): a learner's int or tensor subclass cannot answer for itself.
     def _refs(self, where: str) -> list[int]:
-        return learner_int_list(self.cache.allocator.refs, "allocator.refs", where)
+        return self.reads.refs(where)
 
     def _table(self, seq: str) -> list[int]:
-        return learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", self.scenario)
+        return self.reads.table(seq, self.scenario)
 
     def _num_free(self) -> int:
-        return learner_int(self.cache.allocator.num_free, "allocator.num_free", self.scenario)
+        return self.reads.num_free(self.scenario)
 
     def _layer0_keys(self, block: int) -> torch.Tensor:
         return learner_tensor(self.cache.k_pool[0], "cache.k_pool[0]", self.scenario)[block]

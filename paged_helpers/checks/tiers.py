@@ -41,11 +41,11 @@ import torch
 
 from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
-from ..learner_view.access import create_holding
 from ..model import tiny_config
 from ..workloads import multi_turn_chats, random_tokens
-from .radix_logits import BLOCK, checked_forward, learner_paged_cache, longest_cached, tree_blocks
+from .radix_logits import BLOCK, learner_paged_cache, longest_cached, tree_blocks
 from .reading.calls import call_learner
+from .reading.model_run import ModelRun
 from .reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
 from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 from .speaking.failure import fail
@@ -95,7 +95,7 @@ LOGITS_HINT = (
 )
 
 
-class _Server:
+class _Server(ModelRun):
     """The learner's tiered cache on the learner's paged cache, under the tiny Qwen3.
 
     The check's own records: ``record[key]``, a copy of the keys and values (every layer) it prefilled for each
@@ -106,10 +106,9 @@ class _Server:
         self, classes: tuple[Any, Any], num_blocks: int, host_slots: int, policy: str, scenario: str, seed: int
     ) -> None:
         TieredRadixCache, PagedKVCache = classes  # noqa: N806
-        self.scenario, self.num_blocks, self.host_slots, self.policy = scenario, num_blocks, host_slots, policy
-        self.model = tiny_qwen3(seed, device=DEVICE)
-        config = self.model.config
-        self.cache = learner_paged_cache(PagedKVCache, config, num_blocks, scenario)
+        self.scenario, self.host_slots, self.policy = scenario, host_slots, policy
+        model = tiny_qwen3(seed, device=DEVICE)
+        super().__init__(model, learner_paged_cache(PagedKVCache, model.config, num_blocks, scenario), num_blocks)
         self.tiered = call_learner(
             f"TieredRadixCache(cache, host_slots={host_slots}, write_policy={policy!r})",
             TieredRadixCache,
@@ -122,7 +121,6 @@ class _Server:
         self.pins: list[int] = []
         self.verified: dict[tuple[int, ...], int] = {}  # host entries whose data the check compared
         self.locks: dict[str, Any] = {}
-        self.tokens: dict[str, list[int]] = {}
         self.served: list[tuple[int, ...]] = []
         self.host_hits = 0  # blocks loaded back: the tests make sure the scenarios use the tier
 
@@ -169,18 +167,10 @@ class _Server:
             fail(where, f"load_back({slots}) returning {len(slots)} blocks", f"{len(loaded)}: {loaded}", FRESH_HINT)
         self._expect_fresh_loads(loaded, prompt, len(blocks), slots, where)
         self.host_hits += len(slots)
-        call_learner(
-            f"create({seq!r}) holding match's and load_back's blocks",
-            create_holding,
-            self.cache,
-            seq,
-            blocks + loaded,
-            scenario=where,
-        )
+        self.create_holding(seq, blocks + loaded, prompt[:reused], "match's and load_back's blocks", where)
         for block in loaded:  # hand load_back's reference over to the table
             call_learner(f"allocator.release({block})", self.cache.allocator.release, block, scenario=where)
         self.locks[seq] = node
-        self.tokens[seq] = list(prompt[:reused])
         self._expect_tiers(f"{where}, after load_back")
         self._reserve(seq, len(prompt) - reused, where)
         self._forward(
@@ -202,8 +192,7 @@ class _Server:
 
     def finish(self, seq: str) -> None:
         call_learner(f"unlock(node of {seq!r})", self.tiered.unlock, self.locks.pop(seq), scenario=self.scenario)
-        call_learner(f"free({seq!r})", self.cache.free, seq, scenario=self.scenario)
-        del self.tokens[seq]
+        self.free(seq, self.scenario)
 
     def evict_all(self) -> None:
         where = f"{self.scenario}, evict({self.num_blocks}) with no request running"
@@ -214,7 +203,7 @@ class _Server:
         for seq in list(self.locks):
             self.finish(seq)
         self.evict_all()
-        free = learner_int(self.cache.allocator.num_free, "allocator.num_free", self.scenario)
+        free = self.reads.num_free(self.scenario)
         if free != self.num_blocks:
             fail(
                 f"{self.scenario}, after every request finished and evict({self.num_blocks})",
@@ -225,24 +214,20 @@ class _Server:
 
     # --- the engine's steps ---------------------------------------------------------------------
     def _reserve(self, seq: str, tokens: int, where: str) -> None:
-        try:
-            self.cache.reserve(seq, tokens)
-        except MemoryError:
-            to_add = call_learner(
-                f"blocks_to_add({seq!r}, {tokens})", self.cache.blocks_to_add, seq, tokens, scenario=where
-            )
-            free = learner_int(self.cache.allocator.num_free, "allocator.num_free", where)
-            wanted = free + learner_int(to_add, f"blocks_to_add({seq!r}, {tokens})", where)
-            call_learner(f"evict({wanted})", self.tiered.evict, wanted, scenario=where)
-            self._expect_tiers(f"{where}, after evict({wanted})")
-            call_learner(f"reserve({seq!r}, {tokens}) after evict", self.cache.reserve, seq, tokens, scenario=where)
+        """reserve, evicting from the tiers when the GPU pool is short (as an engine does)."""
+        self.reserve(seq, tokens, where, when_full=lambda: self._evict_for(seq, tokens, where))
+
+    def _evict_for(self, seq: str, tokens: int, where: str) -> None:
+        wanted = self.blocks_wanted(seq, tokens, where)
+        call_learner(f"evict({wanted})", self.tiered.evict, wanted, scenario=where)
+        self._expect_tiers(f"{where}, after evict({wanted})")
 
     def _forward(self, seq: str, new: list[int], where: str) -> None:
-        self.tokens[seq] = checked_forward(self.model, self.cache, seq, self.tokens[seq], new, where, hint=LOGITS_HINT)
+        self.forward({seq: new}, where, hint=LOGITS_HINT)
 
     # --- what the check knows -------------------------------------------------------------------
     def _table(self, seq: str, where: str) -> list[int]:
-        return learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
+        return self.reads.table(seq, where)
 
     def _gpu_pools(self, where: str) -> torch.Tensor:
         return _pools(self.cache, "cache", where)
@@ -266,7 +251,7 @@ class _Server:
     def _expect_fresh_loads(
         self, loaded: list[int], prompt: list[int], first: int, slots: list[int], where: str
     ) -> None:
-        refs = learner_int_list(self.cache.allocator.refs, "allocator.refs", where)
+        refs = self.reads.refs(where)
         in_tree = tree_blocks(self.tiered, where)
         tables = {seq: self._table(seq, where) for seq in list(self.locks)}
         for block in loaded:

@@ -16,7 +16,7 @@ from ..speaking.failure import CheckFailed, Hint, NotImplementedYet, fail
 from ..speaking.report import count_call, device_problem
 from .strict import refuse_odd_value
 
-__all__ = ["call_learner", "expect_raise"]
+__all__ = ["call_learner", "call_learner_allowing", "expect_raise"]
 
 
 def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
@@ -46,6 +46,30 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
             f"{where}{what} raised {type(error).__name__}: {error}\n  hint: {_hint_for(error)}"
         ) from error
     return refuse_odd_value(result, f"what {what} returned", scenario)
+
+
+def call_learner_allowing(
+    error_type: type[BaseException], what: str, function: Callable[..., Any], *args: Any, scenario: str
+) -> Any:
+    """``call_learner``, except that ``error_type`` raised by the learner's code comes through as it is.
+
+    For a call whose refusal is part of the story (MemoryError from ``reserve`` on a full pool, which
+    an engine answers by evicting and trying again): the caller catches ``error_type``; unfinished
+    code and any other exception still become messages naming ``what``.
+    """
+    refused: list[BaseException] = []
+
+    def attempt(*arguments: Any) -> Any:
+        try:
+            return function(*arguments)
+        except error_type as error:
+            refused.append(error)
+            return None
+
+    result = call_learner(what, attempt, *args, scenario=scenario)
+    if refused:
+        raise refused[0]
+    return result
 
 
 def _hint_for(error: Exception) -> str:

@@ -15,6 +15,7 @@ from ...learner_view.prefetch import prefetch
 from ..speaking.failure import Hint, fail
 from .calls import call_learner
 from .pool_invariant import PoolReading
+from .strict import learner_int, learner_int_list
 
 PAGED_CACHE_SIZES = ("layers", "num_blocks", "block_size", "kv_heads", "head_dim")
 # A paged cache's bookkeeping, as the checks read it after a step.
@@ -93,11 +94,13 @@ def expect_pool_matches(
 
 def expect_all_free(allocator: Any, num_blocks: int, where: str, hint: str | Hint) -> None:
     """Every sequence is gone: all ``num_blocks`` blocks must be free again (nothing leaked)."""
-    if allocator.num_free != num_blocks:
-        stuck = [block for block, count in enumerate(allocator.refs) if count]
+    free = learner_int(allocator.num_free, "allocator.num_free", where)
+    if free != num_blocks:
+        refs = learner_int_list(allocator.refs, "allocator.refs", where)
+        stuck = [block for block, count in enumerate(refs) if count]
         fail(
             where,
             f"all {num_blocks} blocks free",
-            f"{allocator.num_free} free; block(s) {stuck} still counted as used",
+            f"{free} free; block(s) {stuck} still counted as used",
             hint,
         )
