@@ -49,6 +49,10 @@ def _tokens(start: int, count: int) -> list[int]:
     return list(range(start, start + count))
 
 
+# The stages are set up on the learner's own notebook 04 and 05 classes: a failure there names them.
+SETTING_UP = "setting up the scenario with your PagedKVCache (notebook 04) and PrefixCache (notebook 05)"
+
+
 def _engine(engine_class, cache_class, prefix_class, num_blocks: int, scenario: str, **sizes):
     watch = Watch(scenario)
     chunk, budget = sizes.get("chunk_size", CHUNK_SIZE), sizes.get("max_step_tokens", STEP_TOKENS)
@@ -57,19 +61,23 @@ def _engine(engine_class, cache_class, prefix_class, num_blocks: int, scenario: 
 
 def _leave_in_prefix_cache(cache, prefix, seq_id: str, tokens: list[int]) -> None:
     """A finished request whose prompt's full blocks stay in the prefix cache (as after its prefill)."""
-    reused = prefix.attach(seq_id, tokens)
-    cache.reserve(seq_id, len(tokens) - reused)
+    reused = learner_int(
+        call_learner(f"prefix_cache.attach({seq_id!r}, ...)", prefix.attach, seq_id, tokens, scenario=SETTING_UP),
+        f"prefix_cache.attach({seq_id!r}, ...)",
+        SETTING_UP,
+    )
+    call_learner(f"cache.reserve({seq_id!r}, ...)", cache.reserve, seq_id, len(tokens) - reused, scenario=SETTING_UP)
     cache.lengths[seq_id] = len(tokens)  # as if the forward pass had written them
-    prefix.remember(seq_id, tokens)
-    cache.free(seq_id)
+    call_learner(f"prefix_cache.remember({seq_id!r}, ...)", prefix.remember, seq_id, tokens, scenario=SETTING_UP)
+    call_learner(f"cache.free({seq_id!r})", cache.free, seq_id, scenario=SETTING_UP)
 
 
 def _place(engine, seq: Sequence, computed: int) -> Sequence:
     """seq running, with its first ``computed`` tokens in the cache (as if a forward pass wrote them)."""
     cache = engine.cache
     seq = transfer(engine, seq)
-    cache.create(seq.seq_id)
-    cache.reserve(seq.seq_id, computed)
+    call_learner(f"cache.create({seq.seq_id!r})", cache.create, seq.seq_id, scenario=SETTING_UP)
+    call_learner(f"cache.reserve({seq.seq_id!r}, {computed})", cache.reserve, seq.seq_id, computed, scenario=SETTING_UP)
     cache.lengths[seq.seq_id] = computed
     seq.num_cached = computed
     engine.running.append(seq)
@@ -207,8 +215,10 @@ class FrontDoor:
         engine, cache, _ = _engine(*classes, self.num_blocks, scenario)
         _expect_refused(engine, scenario, "too_long", _tokens(1, self.too_long[0]), self.too_long[1])
         _expect_accepted(engine, scenario, "exactly_the_pool", _tokens(1, self.exact[0]), self.exact[1], seed=3)
-        cache.create("busy")  # another request holds most of the pool now
-        cache.reserve("busy", self.busy_blocks * BLOCK_SIZE)
+        # another request holds most of the pool now
+        call_learner("cache.create('busy')", cache.create, "busy", scenario=SETTING_UP)
+        busy_tokens = self.busy_blocks * BLOCK_SIZE
+        call_learner(f"cache.reserve('busy', {busy_tokens})", cache.reserve, "busy", busy_tokens, scenario=SETTING_UP)
         _expect_accepted(
             engine,
             f"{scenario}, {self.busy_blocks} blocks in use",

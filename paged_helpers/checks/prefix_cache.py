@@ -28,9 +28,10 @@ from array import array
 from typing import Any
 
 from ..learner_view.access import assign
+from .reading.cache_reads import CacheReads
 from .reading.calls import call_learner
 from .reading.snapshot import CacheSnapshot
-from .reading.strict import learner_int, learner_int_list, learner_tensor, torch_unhooked
+from .reading.strict import learner_tensor, torch_unhooked
 from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail
 from .speaking.report import check, run_hidden_scenarios
 
@@ -104,6 +105,7 @@ class _Server:
             1,
             scenario=scenario,
         )
+        self.reads = CacheReads(self.cache)
         self.prefixes = call_learner("PrefixCache(cache)", PrefixCache, self.cache, scenario=scenario)
         self.prompts: dict[str, list[int]] = {}
         self.names: dict[str, str] = {}  # seq -> the prompt's name in messages
@@ -121,7 +123,7 @@ class _Server:
     def prefill(self, seq: str) -> list[int]:
         """Reserve and write what attach did not reuse, then remember. Returns seq's block table."""
         prompt, name = self.prompts[seq], self.names[seq]
-        reused = learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", self.scenario)
+        reused = self.reads.length(seq, self.scenario)
         what = f"prefilling {name} as {seq!r} (reserve, then the forward pass)"
         call_learner(
             f"reserve({seq!r}, {len(prompt) - reused})",
@@ -130,7 +132,7 @@ class _Server:
             len(prompt) - reused,
             scenario=f"{self.scenario}, {what}",
         )
-        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", self.scenario)
+        table = self.reads.table(seq, self.scenario)
         for position in range(reused, len(prompt)):
             code = prefix_code(prompt[: position + 1])
             assign(self.cache, ("k_pool", 0, (table[position // BLOCK], slice(None), position % BLOCK)), code)
@@ -144,7 +146,7 @@ class _Server:
         where = f"{self.scenario}, {what}"
         got = call_learner(what, self.prefixes.attach, seq, list(prompt), scenario=self.scenario)
         self.prompts[seq], self.names[seq] = list(prompt), name
-        if seq not in self.cache.tables:
+        if seq not in self.reads.tables(where):
             fail(
                 where,
                 f"{seq!r} created in the cache",
@@ -161,8 +163,8 @@ class _Server:
                 repr(got),
                 "return how many tokens the reused blocks hold (blocks reused x block_size)",
             )
-        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
-        length = learner_int(self.cache.lengths[seq], f"lengths[{seq!r}]", where)
+        table = self.reads.table(seq, where)
+        length = self.reads.length(seq, where)
         if len(table) != got // BLOCK or length != got:
             fail(
                 where,
@@ -182,7 +184,7 @@ class _Server:
 
     def _expect_history(self, where: str, seq: str, prompt: list[int], reused: int) -> None:
         """Every reused position must hold the key computed for *this* prompt's prefix."""
-        table = learner_int_list(self.cache.tables[seq], f"tables[{seq!r}]", where)
+        table = self.reads.table(seq, where)
         pool = learner_tensor(self.cache.k_pool[0], "cache.k_pool[0]", where)
         for position in range(reused):
             with torch_unhooked():  # the pool's values, whatever torch function mode is active
@@ -208,7 +210,7 @@ class _Server:
     def expect_refcount(
         self, block: int, refs: int, who: str, after: str, too_low: str | Hint, too_high: str | Hint
     ) -> None:
-        got = learner_int_list(self.allocator.refs, "allocator.refs", f"{self.scenario}, after {after}")[block]
+        got = self.reads.refs(f"{self.scenario}, after {after}")[block]
         if got != refs:
             fail(
                 f"{self.scenario}, after {after}",
@@ -260,19 +262,21 @@ class _Server:
             call_learner(f"evict({possible})", self.prefixes.evict, possible, scenario=self.scenario)
 
     def expect_free(self, count: int, after: str, hint: str | Hint) -> None:
-        if learner_int(self.allocator.num_free, "allocator.num_free", f"{self.scenario}, after {after}") != count:
-            fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{self.allocator.num_free}", hint)
+        free = self.reads.num_free(f"{self.scenario}, after {after}")
+        if free != count:
+            fail(f"{self.scenario}, after {after}", f"{count} free blocks", f"{free}", hint)
 
     def evict_blocks(self, count: int, why: str) -> str:
         """evict(num_free + count): exactly ``count`` cached blocks must go back. Returns the step's name."""
-        wanted = learner_int(self.allocator.num_free, "allocator.num_free", self.scenario) + count
+        wanted = self.reads.num_free(self.scenario) + count
         self.evict(wanted)
         after = f"evict({wanted}) ({count} more block(s) wanted{why})"
-        if learner_int(self.allocator.num_free, "allocator.num_free", f"{self.scenario}, after {after}") != wanted:
+        free = self.reads.num_free(f"{self.scenario}, after {after}")
+        if free != wanted:
             fail(
                 f"{self.scenario}, after {after}",
                 f"{wanted} free blocks: exactly {count} cached block(s) dropped",
-                f"{self.allocator.num_free}",
+                f"{free}",
                 "evict drops unused entries, least recently used first, until allocator.num_free >= "
                 "blocks_wanted, then stops",
             )
@@ -287,7 +291,7 @@ class _Server:
         assert not self.prompts, "expect_reachable needs every request freed"
         held = {
             block
-            for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario))
+            for block, refs in enumerate(self.reads.refs(self.scenario))
             if refs
         }
         reached, got = set(), {}
@@ -296,7 +300,7 @@ class _Server:
             got[name] = call_learner(
                 f"attach({probe!r}, {name})", self.prefixes.attach, probe, list(prompt), scenario=self.scenario
             )
-            reached.update(learner_int_list(self.cache.tables[probe], f"tables[{probe!r}]", self.scenario))
+            reached.update(self.reads.table(probe, self.scenario))
             call_learner(f"free({probe!r})", self.cache.free, probe, scenario=self.scenario)
         stranded = sorted(held - reached)
         if stranded:
@@ -325,7 +329,7 @@ class _Server:
         self.evict(self.num_blocks)
         stuck = [
             block
-            for block, refs in enumerate(learner_int_list(self.allocator.refs, "allocator.refs", self.scenario))
+            for block, refs in enumerate(self.reads.refs(self.scenario))
             if refs
         ]
         if stuck:
@@ -444,14 +448,15 @@ def _lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> N
     server.free("g1")
     server.serve("f2", f, "F", reused=8)  # a hit: F's entries become the most recently used
     server.free("f2")
-    wanted = learner_int(server.allocator.num_free, "allocator.num_free", server.scenario) + 1
+    wanted = server.reads.num_free(server.scenario) + 1
     server.evict(wanted)
     after = f"evict({wanted}) (one more block wanted)"
-    if learner_int(server.allocator.num_free, "allocator.num_free", server.scenario) != wanted:
+    free = server.reads.num_free(server.scenario)
+    if free != wanted:
         fail(
             f"{server.scenario}, after {after}",
             f"{wanted} free blocks: exactly one cached block dropped",
-            f"{server.allocator.num_free}",
+            f"{free}",
             "evict drops entries only until allocator.num_free >= blocks_wanted, then stops",
         )
     for block in f_blocks:

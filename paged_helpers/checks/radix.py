@@ -32,7 +32,7 @@ import random
 from typing import Any
 
 from ..learner_view.prefetch import prefetch
-from .reading.calls import call_learner
+from .reading.calls import call_learner, call_learner_allowing
 from .reading.pool_accounts import ceil_div
 from .reading.strict import learner_dict, learner_int, learner_int_list
 from .speaking.failure import fail
@@ -190,7 +190,7 @@ class _Engine:
         self.lock(node, name)
         table = []
         for block in blocks:
-            self.allocator.share(block)
+            call_learner(f"allocator.share({block})", self.allocator.share, block, scenario=self.scenario)
             table.append(block)
         for index in range(len(blocks), ceil_div(len(prompt), BLOCK)):
             table.append(self.allocate(name))
@@ -216,12 +216,15 @@ class _Engine:
         return table
 
     def allocate(self, name: str) -> int:
+        """A block for ``name``'s prefill: from the free list, or, when the pool is short, after
+        evicting one (as an engine does). Any error but MemoryError is the allocator's bug."""
+        where = f"{self.scenario}, prefilling {name}"
         try:
-            return self.allocator.allocate()
+            return call_learner_allowing(MemoryError, "allocator.allocate()", self.allocator.allocate, scenario=where)
         except MemoryError:
             self.evict(self.num_free() + 1)
         try:
-            return self.allocator.allocate()
+            return call_learner_allowing(MemoryError, "allocator.allocate()", self.allocator.allocate, scenario=where)
         except MemoryError:
             fail(
                 f"{self.scenario}, prefilling {name}",
@@ -235,7 +238,7 @@ class _Engine:
         node, _ = self.locked.pop(request)
         self.unlock(node, f"{request}'s node")
         for block in self.tables.pop(request):
-            self.allocator.release(block)
+            call_learner(f"allocator.release({block})", self.allocator.release, block, scenario=self.scenario)
         self.verify(f"{self.scenario}, after request {request!r} finished (unlock, release its table)")
 
     # --- reading the learner's tree ----------------------------------------------------------
