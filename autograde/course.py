@@ -182,6 +182,7 @@ def cmd_collect(args) -> int:
         students = sorted({student for student, _ in result.placed})
         lines.append(f"{path}: {len(result.placed)} notebook(s) from {len(students)} student(s) -> {submitted}")
         lines += [f"  skipped (not a course notebook): {skipped}" for skipped in result.skipped]
+        lines += [f"  REFUSED (a link or special file, never read): {refused}" for refused in result.refused]
         lines += [f"  several copies: {choice.describe()}" for choice in result.choices]
     lines += [f"  student id {sid!r} for {raw!r}" for raw, sid in sorted(roster.renamed().items())]
     if any("several copies" in line for line in lines):
@@ -360,9 +361,25 @@ def _course_files(root: Path) -> course_files.CourseFiles:
     return course_files.CourseFiles.of(root, HERE)
 
 
+def remove_links_from_submissions(root: Path) -> None:
+    """Remove every link and special file under ``submitted/``, without following it, and log it.
+
+    nbgrader's autograde copies every other file of ``submitted/<student>/<assignment>/`` into
+    ``autograded/`` with ``shutil.copy``, outside any sandbox, and reads the notebook there, both
+    following links: a link to the course key, a solution or another student's notebook would
+    arrive in ``autograded/`` as a regular file, which no later check can tell apart, and
+    generate_feedback would hand it to the student. ``collect`` never writes one; a folder copied
+    into ``submitted/`` by other means (``cp -a``, ``rsync -a``) can bring one.
+    """
+    for problem in feedback_files.remove_odd_entries(root / "submitted"):
+        integrity.log(problem.ids, "leftover", problem.text, root=root)
+        print(f"removed before grading: {problem.text}")
+
+
 def cmd_grade(args) -> int:
     sandbox.configure(unsafe=args.no_sandbox_UNSAFE)
     files = _course_files(args.root)
+    remove_links_from_submissions(args.root)
     released = _released(args.root)
     assignments = _chosen(args.assignments, released)
     everyone = _students(args.root)

@@ -5,7 +5,9 @@
   defaults: no sandbox, no second opinion, hidden tests in feedback);
 * a configuration that changes, or a gradebook that stops being a database, while a class is
   graded stops the grader before the next nbgrader step;
-* links and special files are removed from ``autograded/`` and ``feedback/`` without following them;
+* links and special files are removed from ``autograded/`` and ``feedback/`` without following them,
+  and from ``submitted/`` before nbgrader's autograde copies (and so follows) them; ``collect``
+  never reads a student's notebook through a link or from a pipe;
 * a clean-run verdict that is already in the pipe counts, however late the grader reads it.
 """
 
@@ -16,11 +18,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from autograde_helpers import AUTOGRADE, course, feedback_files, second_opinion, write_config
+from autograde_helpers import AUTOGRADE, collect, course, course_script, feedback_files, second_opinion, write_config
 
 
 def _refused(root, *command):
@@ -93,6 +96,71 @@ def test_links_are_removed_from_autograded_and_never_followed(tmp_path):
     ]
     assert all(p.ids["student"] == "mallory" and p.ids["assignment"] == "02_block_allocator" for p in removed)
     assert sorted(p.name for p in folder.iterdir()) == ["real.txt"] and secret.read_text() == "the course key"
+
+
+def test_collect_never_reads_a_students_notebook_through_a_link(tmp_path):
+    """On a JupyterHub the instructor collects from the students' own folders, with the instructor's
+    rights: mallory's notebook, a link to alice's (which mallory cannot read) or to the course's
+    solution, must not become mallory's submission."""
+    assignment = "02_block_allocator"
+    source = tmp_path / "class"
+    for student in ("alice", "mallory"):
+        (source / student).mkdir(parents=True)
+    (source / "alice" / f"{assignment}.ipynb").write_text('{"alice": "her own work"}')
+    (source / "mallory" / f"{assignment}.ipynb").symlink_to(source / "alice" / f"{assignment}.ipynb")
+    result = collect.collect_folders(source, tmp_path / "submitted", {assignment})
+    assert result.placed == [("alice", assignment)]
+    assert not (tmp_path / "submitted" / "mallory").exists()
+    [refused] = result.refused
+    assert "mallory" in refused and "symbolic link" in refused and "never followed" in refused
+
+
+def test_collect_refuses_a_named_pipe_instead_of_waiting_on_it(tmp_path):
+    """A pipe named like a notebook would hang the whole class's collection on its read."""
+    assignment = "02_block_allocator"
+    (tmp_path / "class" / "eve").mkdir(parents=True)
+    os.mkfifo(tmp_path / "class" / "eve" / f"{assignment}.ipynb")
+    outcome = []
+
+    def collect_the_class():
+        outcome.append(collect.collect_folders(tmp_path / "class", tmp_path / "submitted", {assignment}))
+
+    worker = threading.Thread(target=collect_the_class, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert outcome, "collect waited on the pipe"
+    assert outcome[0].placed == [] and "named pipe" in outcome[0].refused[0]
+
+
+def test_links_in_submitted_are_removed_before_nbgrader_copies_them(tmp_path, monkeypatch):
+    """nbgrader's autograde copies submitted/<student>/<assignment>/ into autograded/ with
+    shutil.copy, outside the sandbox: a link there would arrive as a regular file holding what it
+    points at (the course key), and generate_feedback would hand that to the student."""
+    assignment = "02_block_allocator"
+    root = tmp_path / "course"
+    write_config(root)
+    (root / "source" / assignment).mkdir(parents=True)
+    folder = root / "submitted" / "mallory" / assignment
+    folder.mkdir(parents=True)
+    (folder / f"{assignment}.ipynb").write_text("{}")
+    key = root / ".hidden_seed_key"
+    key.write_text("the course key")
+    (folder / "notes.txt").symlink_to(key)
+    os.mkfifo(folder / "pipe")
+    course_py = course_script()
+    seen_by_nbgrader = []
+
+    def fake_nbgrader(root_, *args, **kwargs):
+        seen_by_nbgrader.append(sorted(p.name for p in folder.iterdir()))
+        return 0
+
+    monkeypatch.setattr(course_py, "nbgrader", fake_nbgrader)
+    monkeypatch.setattr(course_py.sandbox, "configure", lambda unsafe: None)  # nothing runs: nbgrader is faked
+    course_py.main(["--root", str(root), "grade", assignment])
+    assert seen_by_nbgrader == [[f"{assignment}.ipynb"]]
+    assert key.read_text() == "the course key"
+    log = (root / "reports" / "integrity.log").read_text()
+    assert "\tmallory\t02_block_allocator\t" in log and "notes.txt" in log and "named pipe" in log
 
 
 def test_a_verdict_already_in_the_pipe_counts_however_late_it_is_read():

@@ -6,6 +6,7 @@ shows of a test cell. The same defences are exercised end to end in test_bad_sub
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -250,6 +251,37 @@ def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
     assert lines[3:5] == ["refused 30", "refused 30"] and lines[5] == "no network", lines
     assert sorted(p.name for p in submission.scratch.iterdir()) == [real.name], "the kernel wrote the real folder"
     assert box.cgroup.path is None and not box.private.exists() and not box.scratch.exists()
+
+
+@needs_bwrap
+def test_the_sandbox_keeps_none_of_the_graders_credentials(tmp_path, monkeypatch):
+    """The grader's environment is the instructor's: on a JupyterHub it holds the hub's API token, and a
+    gradebook password may be there. A cell that prints ``os.environ`` prints into the feedback, so a
+    sandboxed process sees only what configures Python, Jupyter, torch and the course."""
+    from autograde_helpers import sandbox
+
+    secrets = {
+        "JUPYTERHUB_API_TOKEN": "the instructor's hub token",
+        "JPY_API_TOKEN": "the same, by its old name",
+        "PGPASSWORD": "the gradebook's password",
+        "AWS_SECRET_ACCESS_KEY": "a cloud key",
+        "INSTRUCTOR_NOTE": "anything else of the instructor's",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PAGED_HELPERS_AUDIT_PROBE", "kept")
+    box = sandbox.Sandbox(_student_course(tmp_path))
+    probe = "import json, os; print(json.dumps(dict(os.environ)))"
+    try:
+        done = subprocess.run([*box.prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    finally:
+        box.close()
+    assert done.returncode == 0, done.stderr
+    inside = json.loads(done.stdout.splitlines()[-1])
+    assert not set(secrets) & set(inside), sorted(set(secrets) & set(inside))
+    assert not any(value in done.stdout for value in secrets.values())
+    assert inside["PAGED_HELPERS_AUDIT_PROBE"] == "kept" and inside["PATH"] == os.environ["PATH"]
+    assert inside.get("PYTHONPATH") == os.environ.get("PYTHONPATH") and inside["HOME"] == "/tmp/home"
 
 
 def test_check_calls_are_read_as_data_never_run(tmp_path):

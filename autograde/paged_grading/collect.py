@@ -24,14 +24,25 @@ Honest students never lose silently here:
 * When a student has several copies of one notebook (a draft in ``backup/``, a Canvas ``-1``
   resubmission), exactly one is graded, chosen by ``CHOICE_RULE``; every such choice is
   reported (``Collected.choices``) so the instructor can see and undo it.
+
+And no student gets what is not theirs: a student's folder is the student's to fill, but the
+instructor reads it, with the instructor's rights. A notebook that is a symbolic link
+(``02_block_allocator.ipynb -> /home/alice/02_block_allocator.ipynb``, or the course's own
+``source/`` notebook) would be read through it and graded as the student's own work, and a named
+pipe would hang the whole collection. So only regular files are read, opened one folder at a time
+without following any link (``read_regular_file``); anything else is refused and named
+(``Collected.refused``).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
+import os
 import re
 import shutil
+import stat
 import unicodedata
 import zipfile
 from collections.abc import Callable
@@ -150,6 +161,7 @@ class Choice:
 class Collected:
     placed: list[tuple[str, str]] = field(default_factory=list)  # (student, assignment)
     skipped: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # a course notebook that is a link or special file
     choices: list[Choice] = field(default_factory=list)  # several copies of one notebook
     renamed: dict[str, str] = field(default_factory=dict)  # raw student name -> id used
 
@@ -176,6 +188,47 @@ def _settle(candidates: list[Candidate], submitted: Path, result: Collected) -> 
     return result
 
 
+class NotARegularFile(OSError):
+    """A student's file that is a link or a special file: never read through."""
+
+
+def read_regular_file(path: Path, folder: Path) -> bytes:
+    """The bytes of ``path``, a regular file under ``folder``, without following any link on the way.
+
+    Each folder between ``folder`` and the file is opened with ``O_NOFOLLOW``, and so is the file
+    (``O_NONBLOCK``: a named pipe is refused, not waited on), so a link swapped in after the
+    folder was listed is refused too, never followed (``OSError``).
+    """
+    parts = path.relative_to(folder).parts
+    here = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+            os.close(here)
+            here = inner
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=here)
+    finally:
+        os.close(here)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise NotARegularFile(f"{path} is not a regular file")
+        return handle.read()
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why ``path`` is not read (a link, a pipe, a device), from its own metadata; None for a regular file."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as error:
+        return f"unreadable ({error.strerror})"
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link to {os.readlink(path)}: never followed"
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else "a socket or device"
+        return f"{kind}, not a regular file: never read"
+    return None
+
+
 def collect_folders(
     source: Path, submitted: Path, assignments: set[str], roster: Roster | None = None
 ) -> Collected:
@@ -193,15 +246,19 @@ def collect_folders(
             if match is None or match["assignment"] not in assignments:
                 result.skipped.append(str(notebook))
                 continue
+            why = _not_regular(notebook)
+            if why is not None:
+                result.refused.append(f"{notebook}: {why}")
+                continue
             candidates.append(
                 Candidate(
                     student=student,
                     assignment=match["assignment"],
                     where=str(notebook),
-                    modified=datetime.datetime.fromtimestamp(notebook.stat().st_mtime, datetime.timezone.utc),
+                    modified=datetime.datetime.fromtimestamp(notebook.lstat().st_mtime, datetime.timezone.utc),
                     depth=len(notebook.relative_to(student_dir).parts) - 1,
                     resubmission=int(match["resubmission"] or 0),
-                    read=notebook.read_bytes,
+                    read=functools.partial(read_regular_file, notebook, student_dir),
                 )
             )
     result.renamed = roster.renamed()

@@ -22,6 +22,10 @@ of a second-opinion run, see ``second_opinion``) can see and do:
   grader over Unix sockets (ZeroMQ ``ipc`` transport) in the bound socket folder;
 * its own user namespace (no capabilities outside) and pid namespace, ``--die-with-parent``:
   when the grader stops the sandbox, every process started inside it is gone;
+* only the grader's environment variables that configure Python, the locale, Jupyter, torch,
+  Triton or CUDA (``kept_environment``): none whose name says it holds a credential. The grader's
+  environment is the instructor's (on a JupyterHub, ``JUPYTERHUB_API_TOKEN``; a database
+  password), and a cell that prints ``os.environ`` prints into the student's feedback;
 * rlimits (``prlimit``): address space, CPU seconds, file size, open files; processes are
   capped by a ``pids`` cgroup when the machine offers a writable one, else by RLIMIT_NPROC
   (which Linux does not apply to root: then there is no process cap, and the grader logs it).
@@ -166,6 +170,41 @@ class Submission:
         return self.student_folder / self.assignment
 
 
+# The grader's environment variables a sandboxed process keeps (by name, or by one of these
+# prefixes): what configures Python, the locale, Jupyter, torch, Triton, CUDA and this course.
+KEPT_VARIABLES = {
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "MPLBACKEND",
+}  # fmt: skip
+KEPT_PREFIXES = (
+    "LC_", "PYTHON", "PAGED_", "PH_", "NBGRADER_", "TRITON_", "CUDA_", "NVIDIA_", "TORCH", "JUPYTER_", "JPY_",
+    "OMP_", "MKL_",
+)  # fmt: skip
+# Never kept, whatever the prefix: names that say they hold a credential (JPY_API_TOKEN, ...).
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSW", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+
+
+def kept_environment(name: str) -> bool:
+    """Whether a sandboxed process keeps the grader's environment variable ``name``."""
+    upper = name.upper()
+    if any(word in upper for word in SECRET_WORDS):
+        return False
+    return upper in KEPT_VARIABLES or upper.startswith(KEPT_PREFIXES)
+
+
+def _environment_args() -> list[str]:
+    """``--unsetenv`` for each variable of the grader's environment a sandboxed process may not see.
+
+    Unset by name rather than cleared (``--clearenv``): what jupyter_client adds for one kernel
+    (``JPY_PARENT_PID``, ...) after this command line was made still reaches it.
+    """
+    args = []
+    for name in sorted(os.environ):
+        if not kept_environment(name):
+            args += ["--unsetenv", name]
+    return args
+
+
 def _ro(path: Path) -> list[str]:
     return ["--ro-bind", str(path), str(path)] if path.exists() else []
 
@@ -216,6 +255,7 @@ def bwrap_args(
         args += ["--bind", str(path), str(path)]
     # Last, so that no bind above can cover it: the scratch where autograded/<student>/ would be.
     args += ["--bind" if scratch_writable else "--ro-bind", str(scratch), str(submission.student_folder)]
+    args += _environment_args()
     args += [
         "--setenv", "HOME", "/tmp/home",
         "--setenv", "IPYTHONDIR", "/tmp/home/.ipython",
