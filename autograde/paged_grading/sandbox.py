@@ -178,8 +178,9 @@ KEPT_VARIABLES = {
 }  # fmt: skip
 KEPT_PREFIXES = (
     "LC_", "PYTHON", "PAGED_", "PH_", "NBGRADER_", "TRITON_", "CUDA_", "NVIDIA_", "TORCH", "JUPYTER_", "JPY_",
-    "OMP_", "MKL_",
+    "OMP_", "MKL_", "OPENBLAS_", "KMP_", "NUMEXPR_", "MPL", "XDG_",
 )  # fmt: skip
+# (OPENBLAS_CORETYPE is set on processors where older OpenBLAS builds compute wrong results or crash.)
 # Never kept, whatever the prefix: names that say they hold a credential (JPY_API_TOKEN, ...).
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSW", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
 
