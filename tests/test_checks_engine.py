@@ -507,7 +507,7 @@ def test_eviction_of_blocks_in_use_is_named(right, failing_message):
 
 def test_eviction_workload_needs_eviction(right, failing_message):
     """The workload where only eviction lets the oldest request go on, on its own."""
-    from paged_helpers.checks import engine as engine_check
+    from paged_helpers.checks.engine import whole as engine_check
 
     engine, cache, prefix = right
     engine_check._part_eviction(engine, cache, prefix)
@@ -518,7 +518,7 @@ def test_eviction_workload_needs_eviction(right, failing_message):
 
 def test_refusal_while_serving_names_the_rule(right, failing_message):
     """A request refused mid-workload (the pool is busy, not too small) is named as such, not as a crash."""
-    from paged_helpers.checks import engine as engine_check
+    from paged_helpers.checks.engine import whole as engine_check
 
     engine, cache, prefix = right
     wrong = type("rejects_requests_that_fit_later", (engine,), WRONG["rejects_requests_that_fit_later"])
@@ -529,7 +529,7 @@ def test_refusal_while_serving_names_the_rule(right, failing_message):
 def test_preemption_ceiling_is_a_backstop(right, failing_message, monkeypatch):
     """Behind the rule 'admit only with room': an engine admitting without room preempts 18 times for 6
     requests (the instructor's engine: 7), past the ceiling of two per request."""
-    from paged_helpers.checks import engine_rules
+    from paged_helpers.checks.engine import rules as engine_rules
 
     engine, cache, prefix = right
     monkeypatch.setattr(engine_rules, "blocks_to_come", lambda cache, seq, scenario="": 0)  # the room rule sees no need
@@ -649,7 +649,7 @@ def test_relabelling_keeps_every_shared_prefix():
     and two prompts share a prefix exactly as long before and after."""
     import random
 
-    from paged_helpers.checks import engine as engine_check
+    from paged_helpers.checks.engine import whole as engine_check
 
     workloads = [
         engine_check._batching_workload(),

@@ -374,7 +374,7 @@ def test_hidden_call_fails_every_wrong_stage(bug, seed, failing_message):
 def test_the_visible_scenarios_keep_their_answers():
     """The visible scenarios' expected answers, worked out from their blocks, are the ones the notebook
     describes."""
-    from paged_helpers.checks import engine_stages
+    from paged_helpers.checks.engine import stages as engine_stages
 
     assert engine_stages.VISIBLE_QUEUE.expected(0) == engine_stages.VISIBLE_QUEUE.expected(1) == ("a", "b")
     assert [pool.victims() for pool in engine_stages.VISIBLE_POOLS] == [[], [], ["c"], ["b"]]

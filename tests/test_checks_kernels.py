@@ -24,7 +24,7 @@ from paged_helpers.checks import (
     check_paged_prefill,
     check_split_k_decode,
 )
-from paged_helpers.checks import kernels as kernel_checks
+from paged_helpers.checks.kernels import attention as kernel_checks
 from paged_helpers.kernel_inputs import validate_decode_inputs, validate_prefill_inputs
 from paged_helpers.notebook_loader import load_definitions
 from paged_helpers.reference import gather_history, paged_decode_reference, paged_prefill_reference
@@ -578,7 +578,7 @@ def test_a_grid_that_misses_heads_leaves_values_never_written(tmp_path):
 
 
 def test_the_negative_scenarios_are_all_far_below_zero():
-    from paged_helpers.checks.kernel_scenarios import DECODE_CASES, PREFILL_CASES, decode_inputs, prefill_inputs
+    from paged_helpers.checks.kernels.scenarios import DECODE_CASES, PREFILL_CASES, decode_inputs, prefill_inputs
 
     case = next(c for c in DECODE_CASES if c.negative_scores)
     inputs = decode_inputs(case, torch.float32)

@@ -343,7 +343,7 @@ def test_hidden_queues_fail_an_order_that_only_knows_the_visible_answers():
     import random
 
     from paged_helpers.checks import CheckFailed, check_cache_aware_order
-    from paged_helpers.checks.radix import ORDER_CASES
+    from paged_helpers.checks.radix.tree import ORDER_CASES
 
     answers = {
         (tuple(w), tuple(sorted(c.items())), tuple(sorted(t.items())), m): e for _, w, c, t, m, e, _ in ORDER_CASES

@@ -9,7 +9,8 @@ import random
 import pytest
 import test_checks_radix as structural
 
-from paged_helpers.checks import NotImplementedYet, check_radix_logits, radix_logits
+from paged_helpers.checks import NotImplementedYet, check_radix_logits
+from paged_helpers.checks.radix import on_the_model as radix_logits
 
 from conftest import solution
 from lying_values import SaysEqual

@@ -15,7 +15,7 @@ import torch
 from test_checks_kernels import DECODE, PREFILL, message_of, variant
 
 from paged_helpers.checks import check_paged_prefill
-from paged_helpers.checks.kernel_scenarios import (
+from paged_helpers.checks.kernels.scenarios import (
     BENCHMARK_DECODE_CASE,
     DECODE_CASES,
     PREFILL_CASES,

@@ -76,7 +76,7 @@ def test_test_cells_import_the_copy_compiled_once_by_the_grader(snapshot):
     )
     script += guard.preamble(root, digest) + textwrap.dedent(
         """
-        import paged_helpers.checks.allocator, paged_helpers.checks.kernels
+        import paged_helpers.checks.allocator, paged_helpers.checks.kernels.attention
         print("COMPILED", [p for p in compiled if "paged_helpers" in p])
         """
     )

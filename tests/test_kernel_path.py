@@ -19,7 +19,8 @@ import torch
 
 import paged_helpers as ph
 from paged_helpers.baselines import StaticKVCache
-from paged_helpers.checks import NotImplementedYet, check_kernel_fork_logits, kernel_path
+from paged_helpers.checks import NotImplementedYet, check_kernel_fork_logits
+from paged_helpers.checks.kernels import model_path as kernel_path
 from paged_helpers.model import PagedAttention, random_qwen3, tiny_config
 from paged_helpers.reference import paged_decode_reference, paged_prefill_reference
 

@@ -66,7 +66,7 @@ def _course_launches(notebook: str) -> list[Launch]:
             for name, make_args in COURSE_LAUNCHERS[notebook]
             for launch in capture_launches(solution(notebook, name), make_args())
         ]
-    from paged_helpers.checks.kernel_scenarios import DECODE_CASES, PREFILL_CASES, decode_inputs, prefill_inputs
+    from paged_helpers.checks.kernels.scenarios import DECODE_CASES, PREFILL_CASES, decode_inputs, prefill_inputs
 
     if notebook == DECODE:
         return capture_launches(

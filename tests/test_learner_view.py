@@ -123,14 +123,14 @@ def test_the_checking_side_lends_calls_and_listed_names_only():
 def test_the_learners_package_view_has_no_check_reference_or_answer(tmp_path):
     view = package_view.build(tmp_path / "paged_helpers")
     for withheld in package_view.WITHHELD:
-        for module in (view / withheld).glob("*.py"):
+        for module in (view / withheld).rglob("*.py"):
             assert "Not in the learner's process while grading" in module.read_text(), module
     every_source = "\n".join(path.read_text() for path in view.rglob("*.py"))
     for answer in ("def decode_as", "ORDER_CASES", "def paged_decode_reference", "def check_block_allocator"):
         assert answer not in every_source, answer
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "import paged_helpers, paged_helpers.checks as c, paged_helpers.checks.kernel_bugs as bugs\n"
+        "import paged_helpers, paged_helpers.checks as c, paged_helpers.checks.kernels.bugs as bugs\n"
         "from paged_helpers.reference import paged_decode_reference\n"
         "from paged_helpers.demos.paged import utilization_figures\n"
         "assert paged_helpers.__file__.startswith(sys.argv[1]), paged_helpers.__file__\n"

@@ -83,7 +83,7 @@ def test_a_submission_that_forges_the_verdict_from_its_own_memory_scores_zero(tm
 def test_the_answer_table_is_not_in_the_learners_process(tmp_path):
     """``cache_aware_order`` looked up in the checks' own table of answers: there is no table there."""
     cheat = (
-        "from paged_helpers.checks.radix import ORDER_CASES\n\n"
+        "from paged_helpers.checks.radix.tree import ORDER_CASES\n\n"
         "def cache_aware_order(waiting, cached_tokens, waited, max_wait=4):\n"
         "    for _, w, c, t, m, expected, _ in ORDER_CASES:\n"
         "        if (w, c, t, m) == (waiting, cached_tokens, waited, max_wait):\n"

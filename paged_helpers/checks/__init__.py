@@ -1,4 +1,4 @@
-"""One check per graded capability, one module per notebook topic.
+"""One check per graded capability; a module per notebook, or a folder where a notebook needs several.
 
 Each check takes the learner's function or class, prints one line when it is right and raises
 ``CheckFailed`` (an AssertionError) with a message naming the scenario, the expected and the
@@ -20,9 +20,10 @@ from importlib import import_module
 from .speaking.failure import CheckFailed, NotImplementedYet, more_hint
 from .speaking.report import REGISTRY, CheckInfo
 
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        import_module(f".{_module.name}", __name__)
+# Every module of the checks, subpackages included (a notebook with several modules has a folder).
+for _module in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+    if not any(part.startswith("_") for part in _module.name.split(".")):
+        import_module(_module.name)
 del _module
 # Course order: by notebook, then in the order each module defines its checks.
 _in_course_order = sorted(REGISTRY.items(), key=lambda item: item[1].notebook)

@@ -11,7 +11,7 @@ time in all (8 minutes by default; a stage that would start after the budget is 
   compile[...]         the instructor's kernels (notebooks 07, 09), and those of --impl, built for
                        this GPU and run once per dtype against the float64 reference; registers and
                        spills of the decode kernel at num_warps 4 and 8
-  kernel_fork_logits   notebook 04's fork milestone on the kernel path (``checks.kernel_path``), model
+  kernel_fork_logits   notebook 04's fork milestone on the kernel path (``checks.kernels.model_path``), model
                        and cache in bfloat16, held to ``checks.reading.scratch``'s tolerance for that dtype
   engine               notebook 08's engine on the kernel path against the gather path
                        (``demos.system.ablation``): tokens/s of each, and whether the outputs are identical
@@ -179,7 +179,7 @@ def stage_compile(impl: str, dtypes: list[str]) -> dict:
     """
     import torch
 
-    from ..checks.kernels import TOLERANCES
+    from ..checks.kernels.attention import TOLERANCES
     from ..reference import paged_decode_reference, paged_prefill_reference
     from ..running.gpu_compile import record_launches
     from .kernel import _compiled_warps, _paged_batch
@@ -244,7 +244,7 @@ def stage_kernel_fork_logits(impl: str, dtype: str) -> dict:
     ``dtype`` for the duration of the call. The logits are
     held to ``checks.reading.scratch.logit_tolerance`` for the device and that dtype.
     """
-    from ..checks import kernel_path
+    from ..checks.kernels import model_path as kernel_path
     from ..checks.reading.scratch import logit_tolerance
 
     wanted = _dtype(dtype)

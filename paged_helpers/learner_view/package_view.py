@@ -1,8 +1,8 @@
 """The package as the learner's process sees it when grading: everything but what judges or answers.
 
 ``build(destination)`` writes a copy of ``paged_helpers`` without its checks, its references (the
-gather-then-attend attention the kernels are compared with, the bug replays of ``kernel_bugs``, the
-expected answers of ``radix``) and its demos (which import both). In their place stand modules of
+gather-then-attend attention the kernels are compared with, the bug replays of ``checks.kernels.bugs``, the
+expected answers of ``checks.radix.tree``) and its demos (which import both). In their place stand modules of
 the same names whose every attribute is ``unavailable``: a notebook's definitions that import a
 check, a reference or a demo still load, and calling one says that it does not run here. The
 grader mounts this copy where the package is installed in the learner's sandbox, so no file of a
@@ -74,10 +74,15 @@ def build(destination: Path) -> Path:
         ],
     )
     for package in WITHHELD:
-        folder = destination / package
-        folder.mkdir()
-        (folder / "__init__.py").write_text(_STUB)
-        for module in sorted((source / package).glob("*.py")):
-            if module.name != "__init__.py":
-                (folder / module.name).write_text(_STUB)
+        # Every module and sub-package keeps its name (checks.kernels.bugs, say), each a stub.
+        (destination / package).mkdir()
+        (destination / package / "__init__.py").write_text(_STUB)
+        for module in sorted((source / package).rglob("*.py")):
+            if "__pycache__" in module.parts:
+                continue
+            stub = destination / package / module.relative_to(source / package)
+            stub.parent.mkdir(parents=True, exist_ok=True)
+            if not (stub.parent / "__init__.py").exists():
+                (stub.parent / "__init__.py").write_text(_STUB)
+            stub.write_text(_STUB)
     return destination

@@ -5,7 +5,7 @@ classes that change nothing but observe:
 
   * the engine's phases: ``_admit`` (queue order, undo, room, prefix hits), ``_plan``
     (decoders, chunk size, budget) and ``_reserve`` (evict before preempting, the victim,
-    the queue afterwards); the rules live in ``engine_rules``;
+    the queue afterwards); the rules live in ``rules``;
   * the cache: every write continues its sequence at the right positions, in blocks reserved
     beforehand and owned alone; every step computes exactly the chunks it kept; forks;
   * the prefix cache: tokens handed out, evictions that never touch a block in use, and no entry
@@ -21,12 +21,12 @@ import functools
 from collections import Counter
 from typing import Any
 
-from ..checkpoint import tiny_qwen3
-from ..learner_view.subclass import subclass
-from . import engine_rules as rules
-from .reading.calls import call_learner
-from .reading.strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
-from .speaking.failure import CheckFailed, fail
+from ...checkpoint import tiny_qwen3
+from ...learner_view.subclass import subclass
+from ..reading.calls import call_learner
+from ..reading.strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
+from ..speaking.failure import CheckFailed, fail
+from . import rules
 
 
 @functools.cache

@@ -29,17 +29,17 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..checkpoint import tiny_qwen3
-from ..device import DEVICE
-from ..learner_view.prefetch import prefetch
-from ..model import tiny_config
-from ..workloads import multi_turn_chats, random_tokens
-from .reading.calls import call_learner
-from .reading.model_run import ModelRun
-from .reading.pool_accounts import ceil_div
-from .reading.strict import learner_dict, learner_int_list, learner_tensor, strict_equal
-from .speaking.failure import fail
-from .speaking.report import check
+from ...checkpoint import tiny_qwen3
+from ...device import DEVICE
+from ...learner_view.prefetch import prefetch
+from ...model import tiny_config
+from ...workloads import multi_turn_chats, random_tokens
+from ..reading.calls import call_learner
+from ..reading.model_run import ModelRun
+from ..reading.pool_accounts import ceil_div
+from ..reading.strict import learner_dict, learner_int_list, learner_tensor, strict_equal
+from ..speaking.failure import fail
+from ..speaking.report import check
 
 __all__ = ["check_radix_logits"]
 

@@ -39,17 +39,17 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..checkpoint import tiny_qwen3
-from ..device import DEVICE
-from ..model import tiny_config
-from ..workloads import multi_turn_chats, random_tokens
-from .radix_logits import BLOCK, learner_paged_cache, longest_cached, tree_blocks
-from .reading.calls import call_learner
-from .reading.model_run import ModelRun
-from .reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
-from .reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
-from .speaking.failure import fail
-from .speaking.report import check
+from ...checkpoint import tiny_qwen3
+from ...device import DEVICE
+from ...model import tiny_config
+from ...workloads import multi_turn_chats, random_tokens
+from ..radix.on_the_model import BLOCK, learner_paged_cache, longest_cached, tree_blocks
+from ..reading.calls import call_learner
+from ..reading.model_run import ModelRun
+from ..reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
+from ..reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from ..speaking.failure import fail
+from ..speaking.report import check
 
 __all__ = ["check_tiered_cache"]
 

@@ -37,21 +37,21 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import tiny_qwen3
-from ..device import DEVICE
-from ..learner_view.calls import run_watched
-from ..learner_view.remote import is_remote
-from ..model import PagedAttention
-from ..reference import paged_decode_reference, paged_prefill_reference
-from ..running.launch_watch import genuine_triton_kernel
-from ..workloads import fork_prompt
-from .kernels import TIME_LIMIT_S, TOLERANCES
-from .reading.calls import call_learner
-from .reading.model_run import ModelRun
-from .reading.pool_accounts import new_paged_cache
-from .reading.strict import refuse_odd_value, strict_allclose, torch_unhooked
-from .speaking.failure import Hint, NotImplementedYet, fail
-from .speaking.report import check, run_hidden_scenarios
+from ...checkpoint import tiny_qwen3
+from ...device import DEVICE
+from ...learner_view.calls import run_watched
+from ...learner_view.remote import is_remote
+from ...model import PagedAttention
+from ...reference import paged_decode_reference, paged_prefill_reference
+from ...running.launch_watch import genuine_triton_kernel
+from ...workloads import fork_prompt
+from ..reading.calls import call_learner
+from ..reading.model_run import ModelRun
+from ..reading.pool_accounts import new_paged_cache
+from ..reading.strict import refuse_odd_value, strict_allclose, torch_unhooked
+from ..speaking.failure import Hint, NotImplementedYet, fail
+from ..speaking.report import check, run_hidden_scenarios
+from .attention import TIME_LIMIT_S, TOLERANCES
 
 __all__ = ["check_kernel_fork_logits"]
 
@@ -188,7 +188,7 @@ class _counted_launches:  # noqa: N801 (a context manager used like a function)
     def __enter__(self) -> dict[str, int]:
         from triton.runtime import jit
 
-        from ..reference import attention
+        from ...reference import attention
 
         self.counts = {"launches": 0, "not_triton": 0, "reference": 0}
         self._jit, self._attention = jit, attention

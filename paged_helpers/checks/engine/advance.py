@@ -29,14 +29,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..serving import Sequence, sample_seed, sample_token
-from . import engine_rules as rules
-from .engine_stages import BLOCK_SIZE, NOTEBOOK, PARTNERS, _engine, _place, _tokens
-from .reading.calls import call_learner
-from .reading.pool_accounts import ceil_div
-from .reading.strict import learner_int
-from .speaking.failure import fail
-from .speaking.report import check, run_hidden_scenarios
+from ...serving import Sequence, sample_seed, sample_token
+from ..reading.calls import call_learner
+from ..reading.pool_accounts import ceil_div
+from ..reading.strict import learner_int
+from ..speaking.failure import fail
+from ..speaking.report import check, run_hidden_scenarios
+from . import rules
+from .stages import BLOCK_SIZE, NOTEBOOK, PARTNERS, _engine, _place, _tokens
 
 __all__ = ["check_engine_advance"]
 

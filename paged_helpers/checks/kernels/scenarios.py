@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..device import DEVICE
+from ...device import DEVICE
 
 __all__ = [
     "BENCHMARK_DECODE_CASE",

@@ -27,17 +27,20 @@ from collections.abc import Callable
 
 import torch
 
-from ..device import DEVICE, INFO
-from ..learner_view.calls import compile_for_gpu, run_watched
-from ..learner_view.remote import is_remote
-from ..reference import paged_decode_reference, paged_prefill_reference
-from ..running import spawned
-from ..running.gpu_compile import TARGETS, CompileResult, Launch, explain_failure
-from ..running.guard_bands import SENTINEL
-from ..running.isolated import Outcome
-from ..running.kernel_source import KernelSourceRefused
-from .kernel_bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
-from .kernel_scenarios import (
+from ...device import DEVICE, INFO
+from ...learner_view.calls import compile_for_gpu, run_watched
+from ...learner_view.remote import is_remote
+from ...reference import paged_decode_reference, paged_prefill_reference
+from ...running import spawned
+from ...running.gpu_compile import TARGETS, CompileResult, Launch, explain_failure
+from ...running.guard_bands import SENTINEL
+from ...running.isolated import Outcome
+from ...running.kernel_source import KernelSourceRefused
+from ..reading.strict import strict_allclose
+from ..speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
+from ..speaking.report import check
+from .bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
+from .scenarios import (
     DECODE_CASES,
     GPU_COMPILE_DECODE_CASES,
     GPU_COMPILE_PREFILL_CASES,
@@ -49,9 +52,6 @@ from .kernel_scenarios import (
     decode_inputs,
     prefill_inputs,
 )
-from .reading.strict import strict_allclose
-from .speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
-from .speaking.report import check
 
 __all__ = ["check_paged_decode", "check_split_k_decode", "check_paged_prefill", "TOLERANCES"]
 

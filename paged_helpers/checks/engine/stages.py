@@ -2,7 +2,7 @@
 
 Each check builds the state it needs by hand (sequences placed in a small pool, a prompt left
 in the prefix cache), calls one stage of the learner's engine, and holds it to the rules of
-``engine_rules`` (the same functions ``check_engine`` applies on every step). No model runs:
+``rules`` (the same functions ``check_engine`` applies on every step). No model runs:
 each check takes milliseconds.
 
   check_engine_admission   EngineAdmission: add_request (refuse only what can never fit) and
@@ -25,16 +25,16 @@ import functools
 import random
 from dataclasses import dataclass, replace
 
-from ..learner_view.access import transfer
-from ..learner_view.remote import is_remote, remote_type
-from ..serving import Sequence, sample_seed
-from . import engine_rules as rules
-from .engine_watch import Refused, Watch, build
-from .reading.calls import call_learner
-from .reading.pool_accounts import ceil_div
-from .reading.strict import learner_int, learner_list
-from .speaking.failure import CheckFailed, fail
-from .speaking.report import check, run_hidden_scenarios
+from ...learner_view.access import transfer
+from ...learner_view.remote import is_remote, remote_type
+from ...serving import Sequence, sample_seed
+from ..reading.calls import call_learner
+from ..reading.pool_accounts import ceil_div
+from ..reading.strict import learner_int, learner_list
+from ..speaking.failure import CheckFailed, fail
+from ..speaking.report import check, run_hidden_scenarios
+from . import rules
+from .watch import Refused, Watch, build
 
 __all__ = ["check_engine_admission", "check_engine_plan", "check_engine_reserve", "check_engine_fork"]
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..device import DEVICE
-from ..learner_view.calls import run_watched
-from ..running.guard_bands import GUARD, SENTINEL, Guarded
-from ..running.isolated import Outcome
-from .reading.strict import strict_allclose
-from .speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
-from .speaking.report import check, run_hidden_scenarios
+from ...device import DEVICE
+from ...learner_view.calls import run_watched
+from ...running.guard_bands import GUARD, SENTINEL, Guarded
+from ...running.isolated import Outcome
+from ..reading.strict import strict_allclose
+from ..speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
+from ..speaking.report import check, run_hidden_scenarios
 
 __all__ = [
     "check_scale_kernel",

@@ -31,12 +31,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..learner_view.prefetch import prefetch
-from .reading.calls import call_learner, call_learner_allowing
-from .reading.pool_accounts import ceil_div
-from .reading.strict import learner_dict, learner_int, learner_int_list
-from .speaking.failure import fail
-from .speaking.report import check, run_hidden_scenarios
+from ...learner_view.prefetch import prefetch
+from ..reading.calls import call_learner, call_learner_allowing
+from ..reading.pool_accounts import ceil_div
+from ..reading.strict import learner_dict, learner_int, learner_int_list
+from ..speaking.failure import fail
+from ..speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
 

@@ -1,7 +1,7 @@
 """The scheduling rules notebook 08 states, each a function that fails naming its rule.
 
-Both the end-to-end ``check_engine`` (through ``engine_watch``, on every step of a served
-workload) and the stage checks (``engine_stages``, on hand-built states) call these, so a
+Both the end-to-end ``check_engine`` (through ``watch``, on every step of a served
+workload) and the stage checks (``stages``, on hand-built states) call these, so a
 rule is written once. Each takes what was seen before a phase of ``step()`` and the engine
 after it; none changes the engine. The engine's state is read through the attributes the
 notebook's ``EngineBase`` defines: ``running`` (oldest first), ``waiting`` (front first),
@@ -39,9 +39,9 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-from ..learner_view.prefetch import prefetch
-from ..learner_view.remote import plain
-from .reading.strict import (
+from ...learner_view.prefetch import prefetch
+from ...learner_view.remote import plain
+from ..reading.strict import (
     learner_bool,
     learner_dict,
     learner_float,
@@ -50,7 +50,7 @@ from .reading.strict import (
     learner_key,
     learner_list,
 )
-from .speaking.failure import fail
+from ..speaking.failure import fail
 
 # ---------------------------------------------------------------- reading the learner's state
 #
@@ -459,7 +459,7 @@ def expect_plan(scenario: str, engine, plan) -> None:
 
 
 class Reservation:
-    """What one call of ``_reserve`` did, watched as it happens (see ``engine_watch``)."""
+    """What one call of ``_reserve`` did, watched as it happens (see ``watch``)."""
 
     def __init__(self, engine, plan, scenario: str = "") -> None:
         self.before = Before.of(engine, scenario)

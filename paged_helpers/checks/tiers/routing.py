@@ -16,10 +16,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .reading.calls import call_learner
-from .reading.strict import learner_float, learner_int
-from .speaking.failure import fail
-from .speaking.report import check, run_hidden_scenarios
+from ..reading.calls import call_learner
+from ..reading.strict import learner_float, learner_int
+from ..speaking.failure import fail
+from ..speaking.report import check, run_hidden_scenarios
 
 __all__ = ["check_kv_router"]
 

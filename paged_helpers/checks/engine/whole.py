@@ -2,15 +2,15 @@
 
 The check serves small seeded workloads with the tiny model and compares against each
 request run alone (``serving.solo_run``). Greedy outputs do not depend on the schedule, so
-it also watches the schedule (``engine_watch``): subclasses of the learner's engine, cache and
+it also watches the schedule (``watch``): subclasses of the learner's engine, cache and
 prefix cache that change nothing, record every phase of every step, and stop the run at the
-first broken rule of ``engine_rules`` (admission order, room, undo, prefix hits that stick;
+first broken rule of ``rules`` (admission order, room, undo, prefix hits that stick;
 every decoder in every plan, chunk size, token budget; evict before preempting, the newest as
 victim, back at the front of the queue; no eviction of a block in use), and at the first write
 at the wrong positions or into a block not reserved, or shared, before the forward pass.
 
 Parts (``parts=``), each a separate graded cell in the notebook (the stage checks in
-``engine_stages`` come before them):
+``stages`` come before them):
 
   batching     two bursts of four requests, chunked prefill competing for the step's budget
                with decoders, prefix hits; outputs equal solo runs; every block back on the
@@ -39,15 +39,15 @@ import functools
 import random
 from collections import Counter
 
-from ..model import tiny_config
-from ..serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
-from ..workloads import Request, serving_workload
-from . import engine_rules as rules
-from .engine_watch import Refused, Watch, build, model
-from .reading.calls import call_learner
-from .reading.strict import learner_bool
-from .speaking.failure import CheckFailed, fail
-from .speaking.report import check, run_hidden_scenarios
+from ...model import tiny_config
+from ...serving import EngineStalled, Serving, one_thread, sample_seed, solo_run
+from ...workloads import Request, serving_workload
+from ..reading.calls import call_learner
+from ..reading.strict import learner_bool
+from ..speaking.failure import CheckFailed, fail
+from ..speaking.report import check, run_hidden_scenarios
+from . import rules
+from .watch import Refused, Watch, build, model
 
 __all__ = ["check_engine", "PARTS"]
 
@@ -55,7 +55,7 @@ PARTS = ("batching", "preemption", "rejection", "sampling")
 BLOCK_SIZE = 4
 CHUNK_SIZE = 8
 STEP_TOKENS = 24
-VOCAB = tiny_config().vocab_size  # the model every engine check serves (engine_watch.model)
+VOCAB = tiny_config().vocab_size  # the model every engine check serves (watch.model)
 
 
 @dataclasses.dataclass(frozen=True)
