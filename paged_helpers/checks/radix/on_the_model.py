@@ -114,20 +114,94 @@ def learner_paged_cache(PagedKVCache: Any, config: Any, num_blocks: int, scenari
     )
 
 
-class _ModelServer(ModelRun):
-    """The learner's radix cache on the learner's paged cache, under the tiny Qwen3 (``reading.model_run``),
-    one request at a time.
+class RequestServer(ModelRun):
+    """An engine's requests on the learner's prefix tree over the learner's paged cache, under the tiny
+    Qwen3 (``reading.model_run``): what notebook 10's and 11's model checks share.
+
+    ``tree`` is the learner's tree (10's ``RadixCache``, or 11's ``TieredRadixCache`` around one),
+    built by the subclass. The steps: ``match`` (all but the prompt's last token), ``lock``; the
+    request's table (``create_holding``); ``reserve`` with eviction when the pool is short; the prefill
+    and the decode steps, every row against a from-scratch run; ``publish`` (insert, lock the new node,
+    unlock the matched one); ``finish`` (unlock, free). ``locks`` and ``served`` are the check's
+    records: each running request's locked node, and the whole-block prefixes inserted so far. A
+    subclass says what must hold after an eviction (``expect_after_evict``) and where to look when a
+    logit is wrong (``LOGITS_HINT``).
+    """
+
+    LOGITS_HINT = LOGITS_HINT
+
+    def __init__(self, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:  # noqa: N803
+        self.scenario = scenario
+        model = tiny_qwen3(seed, device=DEVICE)
+        super().__init__(model, learner_paged_cache(PagedKVCache, model.config, num_blocks, scenario), num_blocks)
+        self.tree: Any = None
+        self.locks: dict[str, Any] = {}
+        self.served: list[tuple[int, ...]] = []
+
+    def expect_after_evict(self, where: str) -> None:
+        """What must hold after the tree evicted for a reserve (the subclass's account)."""
+
+    # --- the engine's steps ------------------------------------------------------------------------
+    def match(self, prompt: list[int], name: str, where: str) -> tuple[Any, list[int]]:
+        """``match`` of the prompt without its last token (its logits pick the first output token), then
+        ``lock`` of the node it returned: the node and its blocks."""
+        node, blocks = call_learner(
+            f"match({name} without its last token)", self.tree.match, prompt[:-1], scenario=where
+        )
+        return node, learner_int_list(blocks, "the blocks match returned", where)
+
+    def lock(self, node: Any, what: str, where: str) -> None:
+        call_learner(f"lock({what})", self.tree.lock, node, scenario=where)
+
+    def prefill(self, seq: str, prompt: list[int], reused: int, where: str) -> None:
+        """Reserve and run the model over the prompt's tokens after the ``reused`` ones."""
+        self._reserve(seq, len(prompt) - reused, where)
+        self._forward(
+            seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
+        )
+
+    def publish(self, seq: str, prompt: list[int], name: str, matched: Any, table: list[int], where: str) -> None:
+        """``insert`` the prompt's blocks; the request's lock moves from the matched node to the new one."""
+        new = call_learner(f"insert({name}, table)", self.tree.insert, list(prompt), table, scenario=where)
+        self.lock(new, f"node of {name} after insert", where)
+        call_learner(f"unlock(node of {name}'s match)", self.tree.unlock, matched, scenario=where)
+        self.locks[seq] = new
+        self.served.append(tuple(prompt[: len(prompt) // BLOCK * BLOCK]))
+
+    def decode(self, seq: str, where: str) -> None:
+        for step in range(DECODE_STEPS):
+            token = random.Random(len(self.tokens[seq]) * 7919 + step).randrange(self.vocab)
+            self._reserve(seq, 1, where)
+            self._forward(seq, [token], f"{where}, decode step {step + 1}")
+
+    def finish(self, seq: str) -> None:
+        call_learner(f"unlock(node of {seq!r})", self.tree.unlock, self.locks.pop(seq), scenario=self.scenario)
+        self.free(seq, self.scenario)
+
+    def _reserve(self, seq: str, tokens: int, where: str) -> None:
+        """reserve, evicting from the tree when the pool is short (as an engine does)."""
+        self.reserve(seq, tokens, where, when_full=lambda: self._evict_for(seq, tokens, where))
+
+    def _evict_for(self, seq: str, tokens: int, where: str) -> None:
+        wanted = self.blocks_wanted(seq, tokens, where)
+        call_learner(f"evict({wanted})", self.tree.evict, wanted, scenario=where)
+        self.expect_after_evict(f"{where}, after evict({wanted})")
+
+    def _forward(self, seq: str, new: list[int], where: str) -> None:
+        self.forward({seq: new}, where, hint=self.LOGITS_HINT)
+
+
+class _ModelServer(RequestServer):
+    """The learner's radix cache on the learner's paged cache, under the tiny Qwen3, one request at a time.
 
     The check keeps its own record of every full block it prefilled: the prefix whose keys it
     holds (``written``) and a copy of its layer-0 keys (``keys``). Only the check writes these
     records; the learner's code is judged against them.
     """
 
-    def __init__(self, RadixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:
-        self.scenario = scenario
-        model = tiny_qwen3(seed, device=DEVICE)
-        super().__init__(model, learner_paged_cache(PagedKVCache, model.config, num_blocks, scenario), num_blocks)
-        self.radix = call_learner(
+    def __init__(self, RadixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:  # noqa: N803
+        super().__init__(PagedKVCache, num_blocks, scenario, seed)
+        self.tree = self.radix = call_learner(
             f"RadixCache(cache.allocator, block_size={BLOCK})",
             RadixCache,
             self.cache.allocator,
@@ -136,47 +210,28 @@ class _ModelServer(ModelRun):
         )
         self.written: dict[int, tuple[int, ...]] = {}
         self.keys: dict[int, torch.Tensor] = {}
-        self.locks: dict[str, Any] = {}
-        self.served: list[tuple[int, ...]] = []  # whole-block prefixes inserted so far
 
     # --- one request --------------------------------------------------------------------------
     def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
         """match, lock, table, prefill (checked), insert, decode (checked). The request keeps running."""
         where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
-        node, blocks = call_learner(
-            f"match({name} without its last token)", self.radix.match, prompt[:-1], scenario=where
-        )
-        blocks = list(blocks)
+        node, blocks = self.match(prompt, name, where)
         reused = len(blocks) * BLOCK
         if expect_reuse:
             wanted = longest_cached(self.served, prompt[:-1])
             if reused != wanted:
                 fail(where, f"{wanted} tokens reused from the cache", f"{reused} ({len(blocks)} blocks)", REUSE_HINT)
         self._expect_matched_blocks(blocks, prompt, where)
-        call_learner(f"lock(node of {name}'s match)", self.radix.lock, node, scenario=where)
+        self.lock(node, f"node of {name}'s match", where)
         # create, then the matched blocks shared into the new table (the request's own references)
         self.create_holding(seq, blocks, prompt[:reused], "match's blocks", where)
         self.locks[seq] = node
-        self._reserve(seq, len(prompt) - reused, where)
-        self._forward(
-            seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
-        )
+        self.prefill(seq, prompt, reused, where)
         for index, block in enumerate(self._table(seq)[len(blocks) : len(prompt) // BLOCK], start=len(blocks)):
             self.written[block] = tuple(prompt[: (index + 1) * BLOCK])
             self.keys[block] = self._layer0_keys(block).clone()
-        new = call_learner(f"insert({name}, table)", self.radix.insert, list(prompt), self._table(seq), scenario=where)
-        call_learner(f"lock(node of {name} after insert)", self.radix.lock, new, scenario=where)
-        call_learner(f"unlock(node of {name}'s match)", self.radix.unlock, node, scenario=where)
-        self.locks[seq] = new
-        self.served.append(tuple(prompt[: len(prompt) // BLOCK * BLOCK]))
-        for step in range(DECODE_STEPS):
-            token = random.Random(len(self.tokens[seq]) * 7919 + step).randrange(self.vocab)
-            self._reserve(seq, 1, where)
-            self._forward(seq, [token], f"{where}, decode step {step + 1}")
-
-    def finish(self, seq: str) -> None:
-        call_learner(f"unlock(node of {seq!r})", self.radix.unlock, self.locks.pop(seq), scenario=self.scenario)
-        self.free(seq, self.scenario)
+        self.publish(seq, prompt, name, node, self._table(seq), where)
+        self.decode(seq, where)
 
     def drain(self) -> None:
         for seq in list(self.locks):
@@ -195,19 +250,13 @@ class _ModelServer(ModelRun):
 
     # --- the engine's steps --------------------------------------------------------------------
     def _reserve(self, seq: str, tokens: int, where: str) -> None:
-        """reserve, evicting from the tree when the pool is short (as an engine does); every block it
-        adds must be free: in no table and not in the tree."""
+        """Every block reserve adds must be free: in no table and not in the tree."""
         before = len(self._table(seq))
-        self.reserve(seq, tokens, where, when_full=lambda: self._evict_for(seq, tokens, where))
+        super()._reserve(seq, tokens, where)
         self._expect_fresh(seq, self._table(seq)[before:], where)
 
-    def _evict_for(self, seq: str, tokens: int, where: str) -> None:
-        wanted = self.blocks_wanted(seq, tokens, where)
-        call_learner(f"evict({wanted})", self.radix.evict, wanted, scenario=where)
-        self._expect_tree_held(f"{where}, after evict({wanted})")
-
-    def _forward(self, seq: str, new: list[int], where: str) -> None:
-        self.forward({seq: new}, where, hint=LOGITS_HINT)
+    def expect_after_evict(self, where: str) -> None:
+        self._expect_tree_held(where)
 
     # --- what the check knows -----------------------------------------------------------------
 

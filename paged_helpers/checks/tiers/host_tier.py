@@ -39,13 +39,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ...checkpoint import tiny_qwen3
-from ...device import DEVICE
 from ...model import tiny_config
 from ...workloads import multi_turn_chats, random_tokens
-from ..radix.on_the_model import BLOCK, learner_paged_cache, longest_cached, tree_blocks
+from ..radix.on_the_model import BLOCK, RequestServer, longest_cached, tree_blocks
 from ..reading.calls import call_learner
-from ..reading.model_run import ModelRun
 from ..reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
 from ..reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
 from ..speaking.failure import fail
@@ -95,21 +92,23 @@ LOGITS_HINT = (
 )
 
 
-class _Server(ModelRun):
-    """The learner's tiered cache on the learner's paged cache, under the tiny Qwen3.
+class _Server(RequestServer):
+    """The learner's tiered cache on the learner's paged cache, under the tiny Qwen3 (``RequestServer``:
+    the steps notebook 10's model check takes too, with a host tier between match and the table).
 
     The check's own records: ``record[key]``, a copy of the keys and values (every layer) it prefilled for each
     block key; ``pins``, the host slots match_host pinned and load_back has not yet unpinned.
     """
 
+    LOGITS_HINT = LOGITS_HINT
+
     def __init__(
         self, classes: tuple[Any, Any], num_blocks: int, host_slots: int, policy: str, scenario: str, seed: int
     ) -> None:
         TieredRadixCache, PagedKVCache = classes  # noqa: N806
-        self.scenario, self.host_slots, self.policy = scenario, host_slots, policy
-        model = tiny_qwen3(seed, device=DEVICE)
-        super().__init__(model, learner_paged_cache(PagedKVCache, model.config, num_blocks, scenario), num_blocks)
-        self.tiered = call_learner(
+        super().__init__(PagedKVCache, num_blocks, scenario, seed)
+        self.host_slots, self.policy = host_slots, policy
+        self.tree = self.tiered = call_learner(
             f"TieredRadixCache(cache, host_slots={host_slots}, write_policy={policy!r})",
             TieredRadixCache,
             self.cache,
@@ -120,19 +119,14 @@ class _Server(ModelRun):
         self.record: dict[tuple[int, ...], torch.Tensor] = {}
         self.pins: list[int] = []
         self.verified: dict[tuple[int, ...], int] = {}  # host entries whose data the check compared
-        self.locks: dict[str, Any] = {}
-        self.served: list[tuple[int, ...]] = []
         self.host_hits = 0  # blocks loaded back: the tests make sure the scenarios use the tier
 
     # --- one request ------------------------------------------------------------------------------
     def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
         where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
-        node, blocks = call_learner(
-            f"match({name} without its last token)", self.tiered.match, prompt[:-1], scenario=where
-        )
-        blocks = learner_int_list(blocks, "the blocks match returned", where)
+        node, blocks = self.match(prompt, name, where)
         self._expect_holds(blocks, prompt, "match's block", where)
-        call_learner(f"lock(node of {name}'s match)", self.tiered.lock, node, scenario=where)
+        self.lock(node, f"node of {name}'s match", where)
         slots = learner_int_list(
             call_learner(
                 f"match_host({name} without its last token, {len(blocks)})",
@@ -172,27 +166,13 @@ class _Server(ModelRun):
             call_learner(f"allocator.release({block})", self.cache.allocator.release, block, scenario=where)
         self.locks[seq] = node
         self._expect_tiers(f"{where}, after load_back")
-        self._reserve(seq, len(prompt) - reused, where)
-        self._forward(
-            seq, prompt[reused:], f"{where}, prefill of tokens {reused}..{len(prompt) - 1} after {reused} reused"
-        )
+        self.prefill(seq, prompt, reused, where)
         table, pools = self._table(seq, where), self._gpu_pools(where)
         for index in range(reused // BLOCK, len(prompt) // BLOCK):
             self.record[tuple(prompt[: (index + 1) * BLOCK])] = pools[:, table[index]].clone()
-        new = call_learner(f"insert({name}, table)", self.tiered.insert, list(prompt), table, scenario=where)
-        call_learner(f"lock(node of {name} after insert)", self.tiered.lock, new, scenario=where)
-        call_learner(f"unlock(node of {name}'s match)", self.tiered.unlock, node, scenario=where)
-        self.locks[seq] = new
-        self.served.append(tuple(prompt[: len(prompt) // BLOCK * BLOCK]))
+        self.publish(seq, prompt, name, node, table, where)
         self._expect_tiers(f"{where}, after insert", inserted=prompt)
-        for step in range(DECODE_STEPS):
-            token = random.Random(len(self.tokens[seq]) * 7919 + step).randrange(VOCAB)
-            self._reserve(seq, 1, where)
-            self._forward(seq, [token], f"{where}, decode step {step + 1}")
-
-    def finish(self, seq: str) -> None:
-        call_learner(f"unlock(node of {seq!r})", self.tiered.unlock, self.locks.pop(seq), scenario=self.scenario)
-        self.free(seq, self.scenario)
+        self.decode(seq, where)
 
     def evict_all(self) -> None:
         where = f"{self.scenario}, evict({self.num_blocks}) with no request running"
@@ -212,18 +192,8 @@ class _Server(ModelRun):
                 GPU_COUNT_HINT,
             )
 
-    # --- the engine's steps ---------------------------------------------------------------------
-    def _reserve(self, seq: str, tokens: int, where: str) -> None:
-        """reserve, evicting from the tiers when the GPU pool is short (as an engine does)."""
-        self.reserve(seq, tokens, where, when_full=lambda: self._evict_for(seq, tokens, where))
-
-    def _evict_for(self, seq: str, tokens: int, where: str) -> None:
-        wanted = self.blocks_wanted(seq, tokens, where)
-        call_learner(f"evict({wanted})", self.tiered.evict, wanted, scenario=where)
-        self._expect_tiers(f"{where}, after evict({wanted})")
-
-    def _forward(self, seq: str, new: list[int], where: str) -> None:
-        self.forward({seq: new}, where, hint=LOGITS_HINT)
+    def expect_after_evict(self, where: str) -> None:
+        self._expect_tiers(where)
 
     # --- what the check knows -------------------------------------------------------------------
     def _table(self, seq: str, where: str) -> list[int]:
