@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the grader runs each process
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,8 +56,9 @@ def hidden_calls(notebook: Path) -> list[tuple[str, dict]]:
 def sweep_call(notebook: Path, call: dict, seeds: list[int]) -> dict[int, str]:
     """Run ``call`` across the boundary once per seed; the first line of each failure, by seed."""
     host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(notebook)]
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the grader runs the learner's process
     failures = {}
-    with LearnerProcess(host, time_limit=SECONDS_PER_SEED * len(seeds), cwd=str(ROOT)) as learner:
+    with LearnerProcess(host, time_limit=SECONDS_PER_SEED * len(seeds), cwd=str(ROOT), env=one_thread) as learner:
         args = [learner.name(value) if kind == "name" else value for kind, value in call["args"]]
         for seed in seeds:
             try:

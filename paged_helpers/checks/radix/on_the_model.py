@@ -124,11 +124,14 @@ class RequestServer(ModelRun):
     and the decode steps, every row against a from-scratch run; ``publish`` (insert, lock the new node,
     unlock the matched one); ``finish`` (unlock, free). ``locks`` and ``served`` are the check's
     records: each running request's locked node, and the whole-block prefixes inserted so far. A
-    subclass says what must hold after an eviction (``expect_after_evict``) and where to look when a
-    logit is wrong (``LOGITS_HINT``).
+    subclass says what must hold after an eviction (``expect_after_evict``), where to look when a
+    logit is wrong (``LOGITS_HINT``) and how many tokens each request decodes (``DECODE_STEPS``: its
+    scenarios' pools are sized for that many).
     """
 
     LOGITS_HINT = LOGITS_HINT
+    # Tokens decoded after each prefill: a scenario's pool is sized for them (``_held_by_one_request``).
+    DECODE_STEPS = DECODE_STEPS
 
     def __init__(self, PagedKVCache: Any, num_blocks: int, scenario: str, seed: int) -> None:  # noqa: N803
         self.scenario = scenario
@@ -169,7 +172,7 @@ class RequestServer(ModelRun):
         self.served.append(tuple(prompt[: len(prompt) // BLOCK * BLOCK]))
 
     def decode(self, seq: str, where: str) -> None:
-        for step in range(DECODE_STEPS):
+        for step in range(self.DECODE_STEPS):
             token = random.Random(len(self.tokens[seq]) * 7919 + step).randrange(self.vocab)
             self._reserve(seq, 1, where)
             self._forward(seq, [token], f"{where}, decode step {step + 1}")

@@ -101,6 +101,7 @@ class _Server(RequestServer):
     """
 
     LOGITS_HINT = LOGITS_HINT
+    DECODE_STEPS = DECODE_STEPS
 
     def __init__(
         self, classes: tuple[Any, Any], num_blocks: int, host_slots: int, policy: str, scenario: str, seed: int
