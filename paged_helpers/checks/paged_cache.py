@@ -900,8 +900,8 @@ CACHE_STORY = (
 
 
 class _ModelRun(_Harness):
-    """The harness under the tiny Qwen3: each sequence's tokens so far (``model.tokens``, the driver
-    every model check shares: ``reading.model_run``), for from-scratch runs."""
+    """The harness under the tiny Qwen3: each sequence's tokens so far (``model_run.tokens``, kept by
+    the driver every model check shares: ``reading.model_run``), for from-scratch runs."""
 
     def __init__(self, PagedKVCache: type, block_size: int) -> None:  # noqa: N803
         from ..checkpoint import tiny_qwen3

@@ -399,7 +399,6 @@ class _KernelRun(ModelRun):
         self.free_all(
             "the logits were right but blocks leaked: after copy-on-write, release the shared block once",
             also=("bystander",),
-            also_named=" and the bystander",
         )
 
 

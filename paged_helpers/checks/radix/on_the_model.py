@@ -146,8 +146,8 @@ class RequestServer(ModelRun):
 
     # --- the engine's steps ------------------------------------------------------------------------
     def match(self, prompt: list[int], name: str, where: str) -> tuple[Any, list[int]]:
-        """``match`` of the prompt without its last token (its logits pick the first output token), then
-        ``lock`` of the node it returned: the node and its blocks."""
+        """``match`` of the prompt without its last token (its logits pick the first output token): the
+        node where the match ends and its blocks, read strictly. The caller locks the node."""
         node, blocks = call_learner(
             f"match({name} without its last token)", self.tree.match, prompt[:-1], scenario=where
         )

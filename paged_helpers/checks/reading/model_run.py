@@ -129,12 +129,12 @@ class ModelRun:
         del self.tokens[seq]
         self.last.pop(seq, None)
 
-    def free_all(self, hint: str | Hint, *, also: tuple = (), also_named: str = "") -> None:
+    def free_all(self, hint: str | Hint, *, also: tuple = ()) -> None:
         """Free every live sequence (and ``also``, sequences the check made outside the story): then
         every block must be free again."""
-        names = ", ".join(map(str, self.tokens)) + also_named
-        for seq in [*self.tokens, *also]:
+        freed = [*self.tokens, *also]
+        for seq in freed:
             call_learner(f"free({seq!r})", self.cache.free, seq, scenario="freeing every sequence")
         self.tokens.clear()
         self.last.clear()
-        expect_all_free(self.cache.allocator, self.num_blocks, f"after freeing {names}", hint)
+        expect_all_free(self.cache.allocator, self.num_blocks, f"after freeing {', '.join(map(str, freed))}", hint)
