@@ -35,6 +35,18 @@ def exits():
 
 def hangs():
     time.sleep(60)
+
+def prints_then_segfaults():
+    import ctypes
+    print("from python")
+    ctypes.CDLL(None).printf(b"from C\\n")
+    ctypes.string_at(0)
+
+def prints_then_hangs():
+    import ctypes
+    print("from python")
+    ctypes.CDLL(None).printf(b"from C\\n")
+    time.sleep(60)
 """
 
 
@@ -62,6 +74,19 @@ def test_a_stage_that_raises_crashes_or_hangs_does_not_hide_the_others(stand_ins
     assert "status 7" in by_name["exits"]["error"] and by_name["exits"]["printed"] == "about to leave\n"
     assert "killed" in by_name["hangs"]["error"]
     json.dumps(records)  # every record is JSON
+
+
+def test_what_a_stage_printed_survives_a_segfault_or_a_kill_whatever_the_environment(stand_ins, monkeypatch):
+    # stdout is a file: without the runner's own unbuffering, Python's and C's lines would be lost.
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    stages = [
+        gpu_check.Stage("segfaults", "stand_in_stages:prints_then_segfaults"),
+        gpu_check.Stage("hangs", "stand_in_stages:prints_then_hangs", timeout_s=1.5),
+    ]
+    segfaults, hangs = gpu_check.run_stages(stages, budget_s=60, pythonpath=(stand_ins,))
+    assert segfaults["status"] == "crashed" and segfaults["printed"] == "from python\nfrom C\n"
+    assert "Segmentation fault" in segfaults["stderr"] and "prints_then_segfaults" in segfaults["stderr"]
+    assert hangs["status"] == "timeout" and hangs["printed"] == "from python\nfrom C\n"
 
 
 def test_a_stage_that_would_start_after_the_budget_is_skipped(stand_ins):

@@ -88,8 +88,26 @@ class Stage:
 
 # Runs in the stage's own process: import the target, call it, write the record to a file. The
 # record is written only when the call returns or raises, so a missing file means the process died.
+# Its stdout and stderr are files, which Python and C would both buffer by the block: a stage that
+# crashes, calls os._exit or is killed at its limit would lose its last lines, the ones that say
+# why. So Python's streams are unbuffered (``-u``, and PYTHONUNBUFFERED for what the stage starts),
+# C's stdout is unbuffered before anything writes to it (a CUDA printf, a library's message), and
+# faulthandler writes a fatal signal's traceback to stderr.
 _CHILD = r"""
-import importlib, json, sys, traceback
+import faulthandler, sys
+faulthandler.enable()
+try:
+    import ctypes
+    libc = ctypes.CDLL(None)
+    for name in ("stdout", "__stdoutp"):  # glibc and musl, macOS
+        try:
+            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 2, 0)  # 2: _IONBF
+            break
+        except ValueError:
+            pass
+except Exception:  # no C library to reach: Python's own streams are unbuffered all the same
+    pass
+import importlib, json, traceback
 target, kwargs, result_path = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 module_name, _, function_name = target.partition(":")
 try:
@@ -119,9 +137,10 @@ def run_stage(stage: Stage, *, time_left_s: float | None = None, pythonpath: tup
         return record | {"status": "skipped", "reason": "the time budget was spent before it could start"}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"  # what the stage prints survives its crash (see _CHILD), whatever the caller's env
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as folder:
         result, out, err = (Path(folder) / name for name in ("record.json", "stdout.txt", "stderr.txt"))
-        command = [sys.executable, "-c", _CHILD, stage.target, json.dumps(stage.kwargs), str(result)]
+        command = [sys.executable, "-u", "-c", _CHILD, stage.target, json.dumps(stage.kwargs), str(result)]
         started = time.perf_counter()
         with out.open("w") as stdout, err.open("w") as stderr:
             child = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
