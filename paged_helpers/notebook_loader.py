@@ -2,8 +2,9 @@
 
 Notebook 03's cache uses the allocator the learner wrote in notebook 02, and so on. This
 module reads a notebook file, keeps only the top-level imports, functions, classes and
-constant assignments of its code cells (never its demos, prints or tests), runs those in a
-fresh module, and hands back the names asked for.
+constants of its code cells (``NAME = 16``, ``NEG_INF = tl.constexpr(float("-inf"))``: see
+``is_constant_expression``; never its demos, prints or tests), runs those in a fresh module, and
+hands back the names asked for.
 
 Where it looks, in order (``find_notebook``):
   1. the folders given in ``search``;
@@ -31,12 +32,13 @@ from __future__ import annotations
 import ast
 import json
 import linecache
+import math
 import sys
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["NotebookLoadError", "find_notebook", "load_definitions", "load_from_notebook"]
+__all__ = ["NotebookLoadError", "Unavailable", "find_notebook", "load_definitions", "load_from_notebook"]
 
 
 class NotebookLoadError(ImportError):
@@ -99,21 +101,87 @@ _LOADING_FROM: list[Path] = []
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False  # TypeError: {[1]: 2}, an unhashable key
+    return True
+
+
+def _is_math_number(name: str) -> bool:
+    """``math.NAME`` is one of math's number constants (pi, e, tau, inf, nan)."""
+    value = getattr(math, name, None) if not name.startswith("_") else None
+    return type(value) in (int, float)
+
+
+def _is_constexpr_callee(node: ast.AST) -> bool:
+    """``constexpr``, ``tl.constexpr``, ``triton.language.constexpr``: a name or a chain of names."""
+    if isinstance(node, ast.Name):
+        return node.id == "constexpr"
+    if not isinstance(node, ast.Attribute) or node.attr != "constexpr":
+        return False
+    node = node.value
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def is_constant_expression(node: ast.AST, names_ok: Callable[[str, ast.expr], bool] | None = None) -> bool:
+    """A value a constant may hold (the one rule, for this loader and for a kernel module's validation):
+
+    * a literal (``16``, ``-1e30``, ``"cuda"``, ``(1, 2)``);
+    * ``float("<text>")`` of a string that ``float`` reads (``float("-inf")``);
+    * ``math.NAME`` for one of math's number constants (``math.pi``, ``math.inf``);
+    * ``-`` or ``+`` before a number of those three kinds (``-float("inf")``, ``-math.inf``);
+    * one of those inside Triton's constexpr: ``tl.constexpr(...)``, ``triton.language.constexpr(...)``.
+
+    Nothing else is computed. Here the test is of the text only: ``names_ok(what, node)``, when
+    given, is asked whether each name the value reads is what the text says it is (``what`` is
+    "constexpr" for the wrapper's callee, "float" for the name ``float``, "math" for ``math``);
+    the kernel validation answers from the module's imports. Nothing of ``node`` runs here."""
+    if isinstance(node, ast.Call) and _is_constexpr_callee(node.func) and len(node.args) == 1 and not node.keywords:
+        return _is_plain_constant(node.args[0], names_ok) and (names_ok is None or names_ok("constexpr", node.func))
+    return _is_plain_constant(node, names_ok)
+
+
+def _is_plain_constant(node: ast.AST, names_ok, signed: bool = False) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _is_plain_constant(node.operand, names_ok, signed=True)
+    if _is_literal(node):
+        return not signed or type(ast.literal_eval(node)) in (int, float)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "float"
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.args[0], ast.Constant)
+        and type(node.args[0].value) is str
+    ):
+        try:
+            float(node.args[0].value)
+        except ValueError:
+            return False
+        return names_ok is None or names_ok("float", node.func)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math":
+        return _is_math_number(node.attr) and (names_ok is None or names_ok("math", node.value))
+    return False
+
+
 def _is_constant_assignment(node: ast.stmt) -> bool:
-    """NAME = literal (BLOCK_SIZE = 16): kept, since definitions may refer to it."""
+    """NAME = a constant expression (BLOCK_SIZE = 16, NEG_INF = tl.constexpr(float("-inf")), see
+    ``is_constant_expression``): kept, since definitions may refer to it. Any name but a dunder one
+    (``__name__ = ...`` would rename the loaded module)."""
     if isinstance(node, ast.AnnAssign):
         targets, value = [node.target], node.value
     elif isinstance(node, ast.Assign):
         targets, value = node.targets, node.value
     else:
         return False
-    if value is None or not all(isinstance(t, ast.Name) and t.id.isupper() for t in targets):
+    if value is None or not all(isinstance(t, ast.Name) and not t.id.startswith("__") for t in targets):
         return False
-    try:
-        ast.literal_eval(value)
-    except ValueError:
-        return False
-    return True
+    return is_constant_expression(value)
 
 
 def _is_earlier_notebook_import(node: ast.stmt) -> bool:
@@ -243,16 +311,20 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     filename = f"{path} (code cells)"
     text = "\n".join(cell_sources) + "\n"
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    code = compile(ast.Module(body=kept, type_ignores=[]), filename=filename, mode="exec")
     module.__unimplemented__ = unimplemented
     sys.modules[module_name] = module
     # A nested load_from_notebook (03 loading 02) also searches beside this notebook.
     _LOADING_FROM.append(path.parent)
     try:
-        exec(code, module.__dict__)
-    except NotebookLoadError:
-        del sys.modules[module_name]
-        raise
+        for node in kept:
+            code = compile(ast.Module(body=[node], type_ignores=[]), filename=filename, mode="exec")
+            try:
+                exec(code, module.__dict__)
+            except NotebookLoadError as error:
+                # An earlier notebook that cannot be used costs only what uses it: the names this
+                # statement binds (and whatever is built on them) say why when they are used.
+                for name in _bound_by(node):
+                    module.__dict__[name] = Unavailable(name, path.name, str(error))
     except Exception as error:
         del sys.modules[module_name]
         raise NotebookLoadError(
@@ -262,6 +334,43 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     finally:
         _LOADING_FROM.pop()
     return module
+
+
+def _bound_by(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return [target.id for target in targets if isinstance(target, ast.Name)]
+
+
+class Unavailable:
+    """A notebook's name whose definition needs an earlier notebook that could not be loaded.
+
+    Loading the definitions goes on without it, so every check that does not need it still runs
+    (09's kernels without 04's cache); calling it, subclassing it or reading its attributes raises
+    the loader's error, naming the earlier notebook and what to do.
+    """
+
+    def __init__(self, name: str, notebook: str, reason: str):
+        self._message = f"{name} in {notebook} could not be defined: {reason}"
+
+    def _unavailable(self, *args: object, **kwargs: object):
+        raise NotebookLoadError(self._message)
+
+    __call__ = _unavailable
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        raise NotebookLoadError(self._message)
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__") and attribute.endswith("__"):
+            raise AttributeError(attribute)
+        raise NotebookLoadError(self._message)
+
+    def __repr__(self) -> str:
+        return f"<unavailable: {self._message}>"
 
 
 def load_from_notebook(
@@ -303,6 +412,10 @@ def load_from_notebook(
         path = find_notebook(notebook, search)
         module = load_definitions(path)
         missing = [name for name in wanted if not hasattr(module, name)]
+        for name in wanted:
+            value = getattr(module, name, None)
+            if isinstance(value, Unavailable):
+                value()  # raises why it could not be defined
     except NotebookLoadError as error:
         if published is None:
             raise

@@ -12,9 +12,9 @@ import time
 
 import pytest
 import torch
-from test_checks_kernels import DECODE, PREFILL, message_of, variant
+from test_checks_kernels import DECODE, PREFILL, kernel_variant, launcher_variant, message_of
 
-from paged_helpers.checks import check_paged_prefill
+from paged_helpers.checks import check_paged_prefill_kernel
 from paged_helpers.checks.kernels.scenarios import (
     BENCHMARK_DECODE_CASE,
     DECODE_CASES,
@@ -126,8 +126,8 @@ DOT_FOR_PV = (
 
 
 def test_a_small_tl_dot_passes_the_interpreter_but_fails_the_gpu_compile(tmp_path):
-    wrong = variant(tmp_path, PREFILL, "paged_prefill_attention", DOT_FOR_PV)
-    message = message_of(check_paged_prefill, wrong)
+    wrong = kernel_variant(tmp_path, PREFILL, "paged_prefill_kernel", DOT_FOR_PV)
+    message = message_of(check_paged_prefill_kernel, wrong)
     assert "compiled for a GPU (sm_80" in message
     assert "this tl.dot is 16 x 4 times 4 x 16 (M x K times K x N) in fp32" in message
     assert "the inner dimension K >= 8 for fp32 operands" in message
@@ -136,7 +136,7 @@ def test_a_small_tl_dot_passes_the_interpreter_but_fails_the_gpu_compile(tmp_pat
 
 def test_a_half_precision_tl_dot_names_the_16_minimum(tmp_path):
     """The same product in the pools' dtype: K must reach 16 for 16-bit operands."""
-    wrong = variant(
+    wrong = launcher_variant(
         tmp_path,
         PREFILL,
         "paged_prefill_attention",
@@ -215,7 +215,7 @@ def test_a_graded_run_trusts_no_compile_result_on_disk(tmp_path, monkeypatch):
 
     from paged_helpers.running import gpu_compile
 
-    wrong = variant(tmp_path, PREFILL, "paged_prefill_attention", DOT_FOR_PV)
+    wrong = launcher_variant(tmp_path, PREFILL, "paged_prefill_attention", DOT_FOR_PV)
     (launch,) = capture_launches(wrong, _prefill_args(PREFILL_CASES[0]))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_compile, "_CACHE", {})

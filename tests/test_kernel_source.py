@@ -12,6 +12,7 @@ sm_90 here, from the module read out of the notebook.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -20,11 +21,18 @@ import time
 import nbformat
 import pytest
 import torch
+import triton
 
+from paged_helpers.device import INFO
+from paged_helpers.notebook_loader import load_definitions
 from paged_helpers.running import gpu_compile
 from paged_helpers.running.gpu_compile import Launch, capture_launches, compile_launches, explain_failure
 from paged_helpers.running.kernel_source import (
+    KERNEL_CELL_RULES,
+    RULES,
+    WHAT_IS_ALLOWED,
     KernelSourceRefused,
+    allowed_attributes,
     kernel_module_from_notebook,
     validate_kernel_module,
 )
@@ -157,7 +165,17 @@ def _hostile(marker) -> dict[str, tuple[list[str], str]]:
                 + f"    __builtins__.__import__('os').system('touch {marker}')\n"
                 + HONEST_BODY
             ],
-            "scale_kernel: the name __builtins__ starts with '_'",
+            "scale_kernel: the name __builtins__ starts with '__'",
+        ),
+        "the host's numpy array through a tensor's handle (interpreted)": (
+            [
+                "@triton.jit\n"
+                + SIGNATURE
+                + "    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n"
+                + f"    x.handle.data.tofile({str(marker)!r})\n"
+                + HONEST_BODY
+            ],
+            "`x.handle.data.tofile` reads .handle, which is not an attribute of Triton's values",
         ),
         "getattr on a module": (
             ["@triton.jit\n" + SIGNATURE + f"    getattr(tl, 'core').builtins.exec(\"{touch}\")\n" + HONEST_BODY],
@@ -186,6 +204,8 @@ def test_a_hostile_kernel_module_is_refused_with_a_message_and_never_runs(case, 
         kernel_module_from_notebook(path, ["scale_kernel"])
     assert phrase in str(refused.value), str(refused.value)
     assert "06_triton_warmup.ipynb" in str(refused.value)  # where it is: the notebook and its cell
+    if case != "a kernel from another notebook":  # the validation's refusals name the rule broken
+        assert "(rule: " in str(refused.value) and "The rules of a kernel cell" in str(refused.value)
     assert not marker.exists()
 
 
@@ -243,3 +263,206 @@ def test_without_the_validation_compiling_a_kernel_body_would_run_the_learners_c
         check=True,
     )
     assert marker.exists(), "the unvalidated compile ran the kernel's os.system"
+
+
+# -- what Triton's own tutorials write is accepted -------------------------------------------------
+
+UNDERSCORED_CELLS = (
+    "import math",
+    'NEG_INF = tl.constexpr(float("-inf"))\n_BLOCK = tl.constexpr(16)',
+    "@triton.jit\ndef _online_step(m, x, _scale):\n    return tl.maximum(m, x * _scale)",
+    "@triton.jit\n"
+    "def _attn_fwd(x_ptr, out_ptr, n):\n"
+    "    offsets = tl.arange(0, _BLOCK)\n"
+    "    mask = offsets < n\n"
+    "    x = tl.load(x_ptr + offsets, mask=mask, other=NEG_INF).to(tl.float32)\n"
+    "    width = x.shape[0]\n"
+    "    m = _online_step(tl.max(x, axis=0), x, _scale=1.0)\n"
+    "    tl.store(out_ptr + offsets, m.to(out_ptr.dtype.element_ty), mask=mask & (offsets < width))",
+    "out = torch.empty(3)\n_attn_fwd[(1,)](torch.tensor([-3.0, -1.5, -7.0]), out, 3)",  # a demo: not kept
+)
+
+
+def test_underscored_kernels_helpers_and_a_constexpr_negative_infinity_are_accepted_and_compile(tmp_path):
+    """``_attn_fwd`` calling ``_online_step``, reading ``NEG_INF = tl.constexpr(float("-inf"))`` and
+    ``_BLOCK``: read from the notebook (the loader keeps both constants), validated, compiled for
+    sm_90, and run where this machine runs Triton (padding with -inf: the row's max of negatives)."""
+    path = _notebook(tmp_path, *UNDERSCORED_CELLS)
+    module = kernel_module_from_notebook(path, ["_attn_fwd"])
+    for needed in ('NEG_INF = tl.constexpr(float("-inf"))', "_BLOCK = tl.constexpr(16)", "def _online_step("):
+        assert needed in module.source, module.source
+    assert "torch.empty" not in module.source and "import math" not in module.source  # only what it reads
+    launch = Launch("_attn_fwd", module.source, ({"tensor": "float32"},) * 2 + ({"value": 3},), ())
+    results = compile_launches([launch], (90,))
+    assert all(result.ok for result in results), [explain_failure(r) for r in results if not r.ok]
+    learner = load_definitions(path, module_name="learner_underscored_kernels")
+    if INFO.problem is None:
+        x = torch.tensor([-3.0, -1.5, -7.0], device=INFO.device)
+        out = torch.empty(3, device=INFO.device)
+        learner._attn_fwd[(1,)](x, out, 3)
+        assert out.tolist() == [-1.5, -1.5, -1.5]
+
+
+CONSTANT_FORMS = [
+    'tl.constexpr(float("-inf"))',
+    'float("inf")',
+    '-float("inf")',
+    "tl.constexpr(-1e30)",
+    "math.inf",
+    "-math.inf",
+    "tl.constexpr(math.pi)",
+    "triton.language.constexpr(-math.inf)",
+    "+16",
+]
+
+
+@pytest.mark.parametrize("form", CONSTANT_FORMS)
+def test_a_constant_expression_is_accepted_and_kept_by_the_notebook_loader(form, tmp_path):
+    source = (
+        "import math\nimport triton\nimport triton.language as tl\n\n"
+        f"LIMIT = {form}\n_limit = {form}\n\n"
+        "@triton.jit\ndef _fill(out_ptr, BLOCK: tl.constexpr):\n"
+        "    tl.store(out_ptr + tl.arange(0, BLOCK), tl.full((BLOCK,), LIMIT, tl.float32) + _limit)\n"
+    )
+    validate_kernel_module(source)
+    path = _notebook(
+        tmp_path, "import math", f"LIMIT = {form}\n_limit = {form}", "@triton.jit\n" + source.split("@triton.jit\n")[1]
+    )
+    module = kernel_module_from_notebook(path, ["_fill"])
+    assert f"LIMIT = {form}" in module.source and f"_limit = {form}" in module.source
+    learner = load_definitions(path, module_name="learner_constant_forms")
+    expected = eval(form, {"math": math, "tl": triton.language, "triton": triton})  # the test's own text
+    for name in ("LIMIT", "_limit"):
+        value = getattr(learner, name)
+        assert getattr(value, "value", value) == getattr(expected, "value", expected)
+
+
+def test_the_loader_keeps_constant_expressions_of_any_name_and_nothing_computed(tmp_path):
+    path = _notebook(
+        tmp_path,
+        "import math",
+        'NEG_INF = tl.constexpr(float("-inf"))\nneg_inf = -math.inf\n_BLOCK = 16\nPOWER = 2 ** 10\n'
+        "SHOWN = print('computed at load')\n__name__ = 'renamed'\nNOT_A_NUMBER = float('abc')",
+    )
+    learner = load_definitions(path, module_name="learner_constants_kept")
+    assert learner.NEG_INF.value == float("-inf") and learner.neg_inf == float("-inf") and learner._BLOCK == 16
+    assert not hasattr(learner, "POWER") and not hasattr(learner, "SHOWN") and not hasattr(learner, "NOT_A_NUMBER")
+    assert learner.__name__ == "learner_constants_kept"
+
+
+def test_the_attributes_a_kernel_may_read_are_tritons_values_own_without_handle():
+    import triton.language as tl
+
+    allowed = allowed_attributes()
+    assert "handle" in dir(tl.tensor(None, tl.block_type(tl.float32, [4])))  # an instance's, set in __init__
+    assert "handle" not in dir(tl.tensor)  # not the class's
+    assert "handle" not in allowed and not any(name.startswith("_") for name in allowed)
+    for name in ("to", "dtype", "element_ty", "shape", "T", "reshape", "trans", "value"):
+        assert name in allowed, name
+    for name in ("data", "ctypes", "tofile", "fn", "run", "src", "cache"):
+        assert name not in allowed, name
+    validate_kernel_module(
+        "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+        "def k(x_ptr, out_ptr, BLOCK: tl.constexpr):\n"
+        "    x = tl.load(x_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :])\n"
+        "    y = x.to(tl.float32).T + x.trans().to(x.dtype) + x.reshape(BLOCK, BLOCK)\n"
+        "    z = tl.zeros(x.shape, out_ptr.dtype.element_ty) + BLOCK.value + tl.float32.primitive_bitwidth\n"
+        "    tl.store(out_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :], y + z)\n"
+    )
+
+
+# -- what reaches past Triton is refused, naming the line and the rule ------------------------------
+
+MODULE_HEAD = "import math\nimport triton\nimport triton.language as tl\n\n"
+IN_KERNEL = MODULE_HEAD + "@triton.jit\ndef _k(x, out_ptr):\n    {}\n"  # the line is line 7
+REFUSED = {
+    "x.handle.data.tofile": (IN_KERNEL.format("x.handle.data.tofile('/tmp/f')"), 7, "reads .handle", "kernel code"),
+    "x.handle.data.ctypes": (IN_KERNEL.format("p = x.handle.data.ctypes"), 7, "reads .handle", "kernel code"),
+    "x.handle": (IN_KERNEL.format("h = x.handle"), 7, "`x.handle` reads .handle", "kernel code"),
+    "a loaded tensor's handle": (
+        IN_KERNEL.format("h = tl.load(out_ptr).handle"),
+        7,
+        "reads .handle",
+        "kernel code",
+    ),  # fmt: skip
+    "a Triton dtype's handle": (
+        IN_KERNEL.format("h = tl.float32.handle"),
+        7,
+        "handle is not an attribute",
+        "kernel code",
+    ),
+    "a kernel's Python function": (IN_KERNEL.format("f = _k.fn"), 7, "reads .fn", "kernel code"),
+    "a JIT function's launcher": (IN_KERNEL.format("r = triton.cdiv.run"), 7, "run is not an attribute", "kernel code"),
+    "__class__ of a value": (IN_KERNEL.format("c = x.__class__"), 7, "dunder attribute __class__", "names"),
+    'float("-inf").__class__': (
+        IN_KERNEL.format("c = float('-inf').__class__"),
+        7,
+        "dunder attribute __class__",
+        "names",
+    ),  # fmt: skip
+    "a dunder local": (IN_KERNEL.format("__x = 1"), 7, "the name __x starts with '__'", "names"),
+    "a dunder builtin": (IN_KERNEL.format("b = __builtins__"), 7, "the name __builtins__ starts with '__'", "names"),
+    "a dunder kernel": (MODULE_HEAD + "@triton.jit\ndef __k(x):\n    pass\n", 6, "the name __k starts", "names"),
+    "a dunder argument": (MODULE_HEAD + "@triton.jit\ndef k(__x):\n    pass\n", 6, "argument __x starts", "names"),
+    "a dunder constant": (MODULE_HEAD + "__LIMIT = 16\n", 5, "the name __LIMIT starts with '__'", "names"),
+    "Triton's private keyword": (
+        IN_KERNEL.format("y = tl.load(out_ptr, _semantic=None)"),
+        7,
+        "the keyword _semantic=",
+        "names",
+    ),  # fmt: skip
+    "a private attribute of tl": (IN_KERNEL.format("c = tl._core"), 7, "reads a private attribute", "kernel code"),
+    "a computed constant": (MODULE_HEAD + "NEG = 2 ** 10\n", 5, "`NEG = 2 ** 10` computes a value", "constants"),
+    "a computed constexpr": (MODULE_HEAD + "NEG = tl.constexpr(2 ** 10)\n", 5, "computes a value", "constants"),
+    "float of a number": (MODULE_HEAD + "NEG = float(16)\n", 5, "computes a value", "constants"),
+    "a math function": (MODULE_HEAD + "NEG = math.sqrt\n", 5, "computes a value", "constants"),
+    "math not imported": ("import triton.language as tl\nINF = math.inf\n", 2, "reads math, which is not", "constants"),
+    "float rebound": (
+        "import triton.language as tl\nfrom triton.language import float32 as float\nINF = float('inf')\n",
+        3,
+        "reads float, which this module binds itself",
+        "constants",
+    ),  # fmt: skip
+    "an import of os": ("import os\n", 1, "`import os`", "imports"),
+    "I/O at the top level": (MODULE_HEAD + "open('/tmp/f', 'w')\n", 5, "runs when the module loads", "functions"),
+    "I/O in a kernel": (IN_KERNEL.format("open('/tmp/f', 'w')"), 7, "_k uses open", "kernel code"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_reach_past_tritons_values_is_refused_naming_the_line_and_the_rule(case):
+    source, line, phrase, rule = REFUSED[case]
+    with pytest.raises(KernelSourceRefused) as refused:
+        validate_kernel_module(source)
+    message = str(refused.value)
+    assert phrase in message and f"line {line}: " in message, message
+    assert f"(rule: {rule})" in message and RULES[rule] in message, message
+
+
+def test_the_rules_are_stated_once_for_learners():
+    lines = KERNEL_CELL_RULES.splitlines()
+    assert 3 <= len(lines) <= 5 and lines == list(RULES.values())
+    assert all(statement in WHAT_IS_ALLOWED for statement in lines)
+    assert "x.handle" in KERNEL_CELL_RULES and "tl.constexpr" in KERNEL_CELL_RULES and "__" in KERNEL_CELL_RULES
+
+
+@pytest.mark.skipif(
+    not INFO.triton_interpreted, reason="under Triton's interpreter only: compiled, x.handle is an IR value"
+)
+def test_without_the_validation_an_interpreted_kernel_reaches_the_hosts_array_through_handle(tmp_path):
+    """Why attribute reads on values are limited: interpreted, a kernel's body is Python on numpy
+    arrays, and ``x.handle.data`` is the array itself. Loaded without the validation (the learner's
+    own process does this), this kernel writes a file; read for a compile it is refused."""
+    marker = tmp_path / "ran"
+    cell = (
+        "@triton.jit\ndef leak_kernel(x_ptr, BLOCK: tl.constexpr):\n"
+        "    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n"
+        f"    x.handle.data.tofile({str(marker)!r})\n"
+    )
+    path = _notebook(tmp_path, cell)
+    with pytest.raises(KernelSourceRefused, match="reads .handle"):
+        kernel_module_from_notebook(path, ["leak_kernel"])
+    assert not marker.exists()
+    learner = load_definitions(path, module_name="learner_leak_kernel")
+    learner.leak_kernel[(1,)](torch.ones(4), BLOCK=4)
+    assert marker.exists(), "the interpreted kernel did not reach the host's array"

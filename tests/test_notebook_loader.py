@@ -170,3 +170,25 @@ def test_a_version_3_notebook_gives_the_same_definitions(tmp_path):
     allocator_class = load_from_notebook("02_block_allocator", "BlockAllocator", search=[tmp_path])
     pool = allocator_class(3)
     assert pool.allocate() == 0 and list(pool.free) == [1, 2] and pool.refs == [1, 0, 0]
+
+
+def test_an_earlier_notebook_that_cannot_be_loaded_costs_only_what_uses_it(tmp_path):
+    """09 without 04: its kernels and launchers load; the name from 04, and a class built on it,
+    raise the loader's error when used (a published solution still replaces a direct load)."""
+    from paged_helpers.notebook_loader import Unavailable, load_definitions
+
+    path = write_notebook(
+        tmp_path / "09_later.ipynb",
+        "import paged_helpers as ph\nCache = ph.load_from_notebook('04_missing', 'Cache')",
+        "class Child(Cache):\n    pass",
+        "def launcher(x):\n    return x + 1",
+    )
+    module = load_definitions(path, module_name="later_without_04")
+    assert module.launcher(1) == 2
+    assert isinstance(module.Cache, Unavailable) and isinstance(module.Child, Unavailable)
+    with pytest.raises(NotebookLoadError, match="04_missing.ipynb not found"):
+        module.Cache(4)
+    with pytest.raises(NotebookLoadError, match="Child in 09_later.ipynb could not be defined"):
+        module.Child()
+    with pytest.raises(NotebookLoadError, match="Cache in 09_later.ipynb could not be defined"):
+        load_from_notebook("09_later", "Cache", search=[tmp_path])

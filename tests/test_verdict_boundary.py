@@ -39,7 +39,7 @@ def _one_cell(source: str) -> nbformat.NotebookNode:
 # A class body that reads the whole readable memory of its own process (opened read-only, no ctypes,
 # frames or gc), collects every token-like string and writes a "passing" outcome and a protocol
 # answer with each of them to every file descriptor it has.
-FORGER = r'''
+FORGER = r"""
 class _Forger:
     import contextlib, os, re
     tokens = set()
@@ -58,7 +58,7 @@ class _Forger:
                 os.write(fd, outcome % token)
         with contextlib.suppress(OSError):
             os.write(fd, b'{"reply": 1, "value": null}\n{"cell_over": 0}\n')
-'''
+"""
 
 BLANK_ALLOCATOR = """
 class BlockAllocator:
@@ -131,7 +131,7 @@ def _warmup(kernel_body: str | None = None, extra: str | None = None) -> nbforma
 def test_replacing_torchs_comparisons_in_the_learners_process_changes_no_verdict(tmp_path):
     """A kernel that stores zeros, with torch.allclose and torch.equal made always-true from a class
     body: the comparisons that decide are the checker's, in another process."""
-    test = "check_scale_kernel(scale)\n"
+    test = "check_scale_kernel(scale_kernel)\n"
     cheat = _warmup(ZERO_KERNEL, COMPARISONS_ALWAYS_TRUE)
     assert _clean_run(tmp_path / "cheat", cheat, "06_triton_warmup", test)["passed"] is False
     honest = _warmup()
@@ -169,22 +169,130 @@ def spy(kernel):
 
 
 @needs_bwrap
-def test_the_gpu_compile_reads_the_kernel_from_the_notebook_and_runs_none_of_it(tmp_path):
-    """The clean run's GPU compile happens in the checker, on the kernels read from the submitted
-    notebook as text: a kernel whose decorator runs code is refused there with a message, and the
-    decorator never runs outside the sandbox; the instructor's kernel compiles and passes."""
+def test_the_kernel_is_read_from_the_notebook_and_nothing_else_of_it_runs(tmp_path):
+    """The clean run's kernel check reads the kernel from the submitted notebook as text: a kernel
+    whose decorator runs code is refused with the line and the rule, and the decorator never runs;
+    the instructor's kernel is launched by the checker and passes."""
     marker = tmp_path / "ran-in-the-checker"
-    test = "check_paged_decode(paged_decode_attention)\n"
+    test = "check_paged_decode_kernel(paged_decode_kernel)\n"
     notebook = instructor("07_paged_decode_kernel")
     cell = next(c for c in notebook.cells if "def paged_decode_kernel" in c.source)
     cell.source = SPY.format(marker=str(marker)) + cell.source.replace("@triton.jit\n", "@spy\n@triton.jit\n", 1)
     verdict = _clean_run(tmp_path / "spy", notebook, "07_paged_decode_kernel", test)
     assert verdict["passed"] is False, verdict
-    assert "a kernel source the compile refuses" in verdict["message"], verdict
+    assert "lines the check refuses to load" in verdict["message"], verdict
     assert "paged_decode_kernel's decorators (@spy, @triton.jit)" in verdict["message"], verdict
     assert not marker.exists()
     verdict = _clean_run(tmp_path / "honest", instructor("07_paged_decode_kernel"), "07_paged_decode_kernel", test)
     assert verdict["passed"] is True, verdict
+
+
+# Issue 35's hostile 07: the launcher computes the attention with torch inside a context manager that
+# switches torch-function modes off (no watch in the learner's process sees it), then launches a kernel
+# that only copies the answer into ``out``.
+TORCH_LAUNCHER = """
+import torch._C
+
+
+def paged_decode_attention(q, k_pool, v_pool, block_tables, lengths, block_size):
+    validate_decode_inputs(q, k_pool, v_pool, block_tables, lengths, block_size)
+    with torch._C.DisableTorchFunction():
+        answer = torch.empty_like(q)
+        group = q.shape[1] // k_pool.shape[1]
+        for b, length in enumerate(lengths.tolist()):
+            blocks = block_tables[b, : -(-length // block_size)].long()
+            keys = k_pool[blocks].transpose(0, 1).reshape(k_pool.shape[1], -1, q.shape[2])[:, :length]
+            values = v_pool[blocks].transpose(0, 1).reshape(k_pool.shape[1], -1, q.shape[2])[:, :length]
+            keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
+            weights = torch.softmax((keys @ q[b, :, :, None])[..., 0] / q.shape[2] ** 0.5, dim=-1)
+            answer[b] = (weights[:, None, :] @ values)[:, 0]
+    out = torch.empty_like(q)
+    paged_decode_kernel[(q.numel(),)](answer, out)
+    return out
+"""
+COPY_KERNEL = """
+@triton.jit
+def paged_decode_kernel(q_ptr, k_pool, v_pool=0, tables_ptr=0, lengths_ptr=0, out_ptr=0, max_blocks=0, heads=0,
+                        group=0, scale=0, s_pool_block=0, s_pool_head=0, s_pool_slot=0, D: tl.constexpr = 1,
+                        BLOCK: tl.constexpr = 1):
+    i = tl.program_id(0)
+    tl.store(k_pool + i, tl.load(q_ptr + i))
+"""
+
+
+def _hostile_decode() -> nbformat.NotebookNode:
+    notebook = instructor("07_paged_decode_kernel")
+    kernel = next(c for c in notebook.cells if "def paged_decode_kernel" in c.source)
+    kernel.source = COPY_KERNEL
+    launcher = next(c for c in notebook.cells if "def paged_decode_attention" in c.source)
+    launcher.source = TORCH_LAUNCHER
+    return notebook
+
+
+@needs_bwrap
+def test_a_torch_launcher_with_a_copy_kernel_gets_no_kernel_points(tmp_path):
+    """The kernel is judged alone, launched by the checker: the copy kernel fails; the launcher,
+    judged as Python for its own (smaller) points, passes, as any launcher that answers right would."""
+    notebook = _hostile_decode()
+    verdict = _clean_run(
+        tmp_path / "kernel", notebook, "07_paged_decode_kernel", "check_paged_decode_kernel(paged_decode_kernel)\n"
+    )
+    assert verdict["passed"] is False and "which the kernel may only read" in verdict["message"], verdict
+    verdict = _clean_run(
+        tmp_path / "launcher", notebook, "07_paged_decode_kernel", "check_paged_decode(paged_decode_attention)\n"
+    )
+    assert verdict["passed"] is True, verdict
+
+
+# A 09 kernel with a GPU-only bug (a tl.dot whose inner dimension is the block size: right in the
+# interpreter, refused by the compiler), behind a launcher that misbehaves when it sees it is only
+# being recorded. The GPU compile is the checker's own, at the launches it states: the launcher has
+# no say.
+DOT_FOR_PV = (
+    "acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)",
+    'acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")',
+)
+DODGING_LAUNCHER = """
+
+_real_prefill = paged_prefill_attention
+
+
+def paged_prefill_attention(q, k_pool, v_pool, block_table, start, block_size):
+    import triton.runtime.jit as jit
+    if jit.KernelInterface.__getitem__.__name__ == "recording":
+        raise TypeError("not now")
+    return _real_prefill(q, k_pool, v_pool, block_table, start, block_size)
+"""
+
+
+@needs_bwrap
+def test_a_gpu_only_bug_fails_the_kernel_whatever_the_launcher_does(tmp_path):
+    notebook = instructor("09_paged_prefill_kernel")
+    kernel = next(c for c in notebook.cells if "def paged_prefill_kernel" in c.source)
+    kernel.source = kernel.source.replace(*DOT_FOR_PV)
+    launcher = next(c for c in notebook.cells if "def paged_prefill_attention" in c.source)
+    launcher.source += DODGING_LAUNCHER
+    verdict = _clean_run(
+        tmp_path, notebook, "09_paged_prefill_kernel", "check_paged_prefill_kernel(paged_prefill_kernel)\n"
+    )
+    assert verdict["passed"] is False, verdict
+    assert "compiled for a GPU (sm_80" in verdict["message"] and "this tl.dot is 16 x 4" in verdict["message"], verdict
+
+
+@needs_bwrap
+def test_notebook_09_without_04_keeps_the_points_that_do_not_need_04(tmp_path):
+    """The kernel is judged from the notebook's text (no learner process, no earlier notebook); the
+    launcher loads although 04 is missing; only the model on the learner's cache needs 04."""
+    notebook = instructor("09_paged_prefill_kernel")
+    for test, passes in (
+        ("check_paged_prefill_kernel(paged_prefill_kernel)\n", True),
+        ("check_paged_prefill(paged_prefill_attention)\n", True),
+        ("check_kernel_fork_logits(paged_prefill_attention, paged_decode_attention, PagedKVCache)\n", False),
+    ):
+        verdict = _clean_run(tmp_path / str(len(test)), notebook, "09_paged_prefill_kernel", test)
+        assert verdict["passed"] is passes, (test, verdict)
+        if not passes:
+            assert "04_fork_and_copy_on_write.ipynb not found" in verdict["message"], verdict
 
 
 # The audit's reseeding attack: from a class body, every random.Random seeds 0 and random.seed too,

@@ -7,8 +7,7 @@ package_view``), and this process never receives one: it hosts the learner's def
 answers the checking process (``opinion_runner``, outside the sandbox) through
 ``paged_helpers.learner_view``, in plain data.
 
-For each cell, a request line ``{"notebook": path, "cwd": folder, "launchers": [names],
-"fresh": bool}`` makes the zygote fork a child, which:
+For each cell, a request line ``{"notebook": path, "cwd": folder, "fresh": bool}`` makes the zygote fork a child, which:
 
 1. moves the protocol off file descriptors 0 and 1 (what the learner's code prints goes nowhere);
 2. installs an audit hook (``Watch``: it cannot be removed) that notes what student code does:
@@ -77,17 +76,6 @@ INTERNAL_FRAME_USERS = {
     "collections", "typing", "typing_extensions", "enum", "dataclasses", "abc", "functools", "warnings",
     "importlib", "re", "string", "contextlib", "numpy", "torch", "triton", "paged_helpers",
 }  # fmt: skip
-# Torch calls that compute an answer (or write one into an output) instead of the Triton kernel.
-TORCH_MATH = {
-    "matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "softmax", "log_softmax", "exp",
-    "scaled_dot_product_attention", "tensordot", "dot", "__matmul__", "__rmatmul__",
-    "mul", "__mul__", "__rmul__", "add", "__add__", "__radd__", "sub", "__sub__", "div",
-    "__truediv__", "max", "amax", "sum", "index_select", "gather", "take_along_dim",
-    "copy_", "__setitem__", "from_numpy",
-}  # fmt: skip
-# Torch calls that hand a tensor's data to numpy (or Python) for arithmetic outside the kernel.
-TORCH_TO_NUMPY = {"numpy", "__array__"}
-
 _PRISTINE = {
     "import": builtins.__import__,
     "builtins": dict(builtins.__dict__),
@@ -241,101 +229,15 @@ def _restore_import_system() -> list[str]:
     return changed
 
 
-def _first_outside_torch(frame):
-    """Whoever called into torch or the standard library (``repr``, ``copy.deepcopy`` and ``pickle``
-    reach a tensor's values through Python code of torch's own): that is the actor."""
-    while frame is not None and (_module_of(frame).split(".")[0] == "torch" or _in_stdlib(frame)):
-        frame = frame.f_back
-    return frame
-
-
-def _inside(frame, codes: frozenset) -> bool:
-    """Whether ``frame`` runs within a call of one of ``codes`` (the learner's launchers)."""
-    while frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _torch_math_watch(watch: Watch, launchers: frozenset):
-    """A torch function mode that reports torch math called directly from student code.
-
-    Used when the student's notebook defines Triton kernels: there the answer must come from a
-    kernel, so ``out.copy_(x * factor)`` after a launch that does nothing is caught, and so is
-    any value of the launcher's float inputs read out in Python (``x.tolist()``, then a kernel of
-    one's own that copies a Python-made answer; see ``paged_helpers.running.launcher_reads``).
-    Only student code running within a launcher the check was handed (``launchers``: their code
-    objects) is watched: the learner's cache, which a check such as ``check_kernel_fork_logits``
-    runs beside the kernels, writes its pools with torch by design.
-    """
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    from paged_helpers.running.launcher_reads import printed_text, reads_values
-
-    class StudentTorchMath(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            name = getattr(func, "__name__", "")
-            was_busy, watch.busy = watch.busy, True  # the watch's own look at the stack is not audited
-            try:
-                caller = sys._getframe(1)
-            finally:
-                watch.busy = was_busy
-            watched = _is_learner(caller) and _inside(caller, launchers)
-            if name in TORCH_MATH and watched:
-                watch.report(f"the attention was computed with torch.{name} in Python, outside the Triton kernel")
-            elif name in TORCH_TO_NUMPY and watched:
-                watch.report(
-                    f"student code took a tensor's values out with Tensor.{name}() in a Triton notebook's check "
-                    "(numpy or Python arithmetic outside the Triton kernel)"
-                )
-            actor = _first_outside_torch(caller)
-            watched = _is_learner(actor) and _inside(actor, launchers)
-            placeholder = printed_text(func, args)
-            if placeholder is not None and watched:
-                return placeholder
-            result = func(*args, **(kwargs or {}))
-            if reads_values(func, args, kwargs, result) and watched:
-                watch.report(
-                    f"student code read the values of a tensor the check gave its launcher (torch {name}) "
-                    "in Python: only the Triton kernel may load them"
-                )
-            return result
-
-    del torch
-    return StudentTorchMath()
-
-
-def _defines_triton_kernels(module) -> bool:
-    return any(type(value).__module__.startswith("triton") for value in vars(module).values())
-
-
-
-
 def _child(request: dict) -> None:
     """One cell's learner process. Never returns."""
     read_fd, write_fd = protocol_descriptors(standard=(0, 1))
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     watch = Watch()
     sys.addaudithook(watch)
-    launchers = frozenset(str(name) for name in request.get("launchers", []))
-    modes = []
 
     def after_load(module) -> list[str]:
-        changes = _restore_import_system()
-        if module is None:  # the definitions did not load: only what they changed is reported
-            return changes
-        codes = frozenset(
-            value.__code__
-            for name in launchers
-            if isinstance(value := getattr(module, name, None), type(_child))
-        )
-        if _defines_triton_kernels(module):
-            mode = _torch_math_watch(watch, codes)
-            mode.__enter__()
-            modes.append(mode)
-        return changes
+        return _restore_import_system()
 
     try:
         if request.get("cwd"):

@@ -43,10 +43,11 @@ if __name__ == "__main__":
 # The checks: this process is theirs, and nothing of the student's is ever imported into it.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 from paged_helpers.checks import REGISTRY
-from paged_helpers.checks.speaking.failure import Refused
+from paged_helpers.checks.speaking.failure import NoVerdict, Refused
 from paged_helpers.learner_view.connection import stop_process
 from paged_helpers.learner_view.peer import LearnerError, Peer, PeerGone, ProtocolBroken
 from paged_helpers.learner_view.remote import Remote
+from paged_helpers.running.learner_kernel import LearnerKernel
 
 CHECKS = {name: info.function for name, info in REGISTRY.items()}
 # Seconds the learner's process may take to start (torch's import) and to load a notebook.
@@ -102,15 +103,41 @@ class LearnerZygote:
         self.process = None
 
 
-def _launcher_names(cell: dict) -> list[str]:
-    return sorted({value for call in cell["calls"] for kind, value in call["args"] if kind == "name"})
+def _kernel_cell(cell: dict) -> bool:
+    """Whether every check of ``cell`` judges a kernel's text (then no learner process is needed)."""
+    return bool(cell["calls"]) and all(REGISTRY[call["check"]].kernel for call in cell["calls"])
+
+
+def run_kernel_cell(cell: dict, spec: dict) -> dict:
+    """A kernel cell's verdict: its checks read the kernels from the submitted notebook as text and
+    launch them in processes of their own. The learner's process is never started: nothing of the
+    notebook runs but the kernel's validated module, and no earlier notebook is needed."""
+    verdict = {"passed": False, "message": "", "flags": [], "hidden": False}
+    call: dict = {}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the checks' pass lines are the kernel run's
+            for call in cell["calls"]:
+                args = [
+                    LearnerKernel.from_notebook(spec["notebook"], value) if kind == "name" else value
+                    for kind, value in call["args"]
+                ]
+                CHECKS[call["check"]](*args, **call["kwargs"])
+        verdict["passed"] = True
+    except NoVerdict as error:
+        verdict.update(no_verdict=True, message=f"no verdict: {error}"[:2000])
+    except BaseException as error:  # the check's verdict
+        verdict["message"] = f"{type(error).__name__}: {error}"[:2000]
+        verdict["hidden"] = bool(call.get("hidden"))
+    return verdict
 
 
 def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict:
     """One cell's verdict: its checks run here, on the learner's objects in their own process."""
+    if _kernel_cell(cell):
+        return run_kernel_cell(cell, spec)
     timeout = float(spec["timeout"])
     deadline = time.monotonic() + timeout + START_LIMIT_S
-    request = {"notebook": spec["notebook"], "cwd": spec.get("cwd"), "launchers": _launcher_names(cell), "fresh": fresh}
+    request = {"notebook": spec["notebook"], "cwd": spec.get("cwd"), "fresh": fresh}
     verdict = {"passed": False, "message": "", "flags": [], "hidden": False}
     try:
         peer, hello = zygote.cell(request, deadline)
@@ -143,6 +170,8 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
         verdict["message"] = (
             f"the checks ran longer than {timeout:.0f} s" if over else f"the learner's process failed: {error}"
         )
+    except NoVerdict as error:
+        verdict.update(no_verdict=True, message=f"no verdict: {error}"[:2000])
     except BaseException as error:  # the check's verdict, or the student's code failing
         verdict["message"] = f"{type(error).__name__}: {error}"[:2000]
         verdict["hidden"] = bool(call.get("hidden"))  # a hidden scenario failed, the visible ones passed

@@ -452,6 +452,12 @@ class _Plan:
                 cell.source = self.withheld[grade_id]
 
 
+def _with_verdict(verdicts: dict) -> dict:
+    """The cells that got a verdict: a check's ``no_verdict`` (the machine, not the learner, kept it
+    from judging: ``checks.speaking.failure.NoVerdict``) counts as no answer."""
+    return {grade_id: verdict for grade_id, verdict in verdicts.items() if not verdict.get("no_verdict")}
+
+
 def _timeout(preprocessor, assignment: str) -> int:
     return int(preprocessor.slow_assignments.get(assignment, preprocessor.timeout))
 
@@ -473,12 +479,13 @@ class SecondOpinion(NbGraderPreprocessor):
         if job is None:
             return nb, resources
         plan.restore_hidden_tests(nb)
-        verdicts = job.verdicts()
+        verdicts = _with_verdict(job.verdicts())
         if any(grade_id not in verdicts for grade_id in plan.grade_ids):
-            # No answer in time (a loaded grader, a runner that died): once more, on its own now
-            # that the kernel is done, before any cell is judged without one.
+            # No answer in time, or a check that could not reach a verdict (a loaded grader, a
+            # runner that died): once more, on its own now that the kernel is done, before any
+            # cell is judged without one.
             self.log.warning("second opinion: no verdict for some cells of %s; running it again", ids["notebook"])
-            verdicts = {**plan.start(timeout).verdicts(), **verdicts}
+            verdicts = {**_with_verdict(plan.start(timeout).verdicts()), **verdicts}
         tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
         tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
         suspicious = scan(nbformat.read(plan.submitted, as_version=4))

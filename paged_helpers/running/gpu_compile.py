@@ -56,8 +56,9 @@ __all__ = [
 # and sm_90 (H100/H200, the GPUs the benchmark's numbers are quoted for).
 TARGETS: tuple[int, ...] = (80, 90)
 
-# Seconds the compiling process may take in all (a kernel that compiles for minutes is reported).
-COMPILE_TIME_LIMIT_S = 240.0
+# Seconds the compiling process may take in all. Running out is no verdict on the kernel (a
+# loaded machine, not the learner, made it slow): the checks say so and ask to run again.
+COMPILE_TIME_LIMIT_S = 600.0
 
 _WORKER = Path(__file__).with_name("_gpu_compile_worker.py")
 
@@ -345,13 +346,21 @@ def compile_launches(launches: list[Launch], targets: tuple[int, ...] = TARGETS)
             else:
                 missing[key] = (launch, target)
     if missing:
-        for key, result in _run_worker(missing).items():  # a timeout is kept too: it would time out again
-            _CACHE[key] = result
-            _store_cached(key, result)
+        fresh = _run_worker(missing)
+        for key, result in fresh.items():
+            if not timed_out(result):  # a timeout says nothing of the kernel: never kept
+                _CACHE[key] = result
+                _store_cached(key, result)
+        return [_CACHE.get(key) or fresh[key] for key in (_key(launch, target) for launch, target in wanted)]
     return [_CACHE[_key(launch, target)] for launch, target in wanted]
 
 
 _WORKER_TIMEOUT = "the compiler did not finish in time"
+
+
+def timed_out(result: CompileResult) -> bool:
+    """The compile ran out of wall-clock time: the machine's doing, no verdict on the kernel."""
+    return result.error == _WORKER_TIMEOUT
 
 
 def _run_worker(jobs: dict[str, tuple[Launch, int]]) -> dict[str, CompileResult]:

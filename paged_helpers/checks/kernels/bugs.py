@@ -29,9 +29,25 @@ class Bug:
     scale: str = "1/sqrt(d)"  # or "none", or "1/d"
     rescale: bool = True
     keys: str = "right"  # which key positions a query sees; see _allowed_keys
+    values: str = "masked"  # or "unmasked": stale values enter the sum with weight 0 (NaN stays NaN)
+    strides: str = "given"  # or "contiguous": the pool read as if it were contiguous in memory
 
 
 _COMMON_BUGS = (
+    Bug(
+        "your kernel loaded values (V) of slots past the end of the sequence without a mask. Their scores are "
+        "-inf, so their weight is exp(-inf) = 0, but these slots hold NaN here (a freed block keeps whatever its "
+        "last owner left), and 0 x NaN = NaN: the whole output row became NaN. Load V with the same mask as K "
+        "(mask=valid[:, None], other=0.0).",
+        values="unmasked",
+    ),
+    Bug(
+        "your kernel read the pool as if it were contiguous in memory: its addresses came from the shape "
+        "(for example block * kv_heads * BLOCK * D) instead of the strides it was handed. Here the pool is "
+        "laid out otherwise, as a pool taken from a larger buffer or stored in another order can be: build "
+        "every address from s_pool_block, s_pool_head and s_pool_slot.",
+        strides="contiguous",
+    ),
     Bug(
         "your kernel read logical block i from physical block i: it never looked the block up in the block "
         "table. Load the physical block number from the table (row of this sequence, entry i) and build the "
@@ -176,6 +192,9 @@ def _attend_like(
             return None
         keys = flat_k[rows, positions % block_size]  # [P, D]
         values = flat_v[rows, positions % block_size]
+        if bug.values == "masked":  # what a masked load gives where no key is: 0, never a stale NaN
+            keys = torch.where(allowed[:, None], keys, 0.0)
+            values = torch.where(allowed[:, None], values, 0.0)
         if bug.keys == "whole blocks, zeros past the length":
             keys = torch.where((positions < query.limit)[:, None], keys, 0.0)
             values = torch.where((positions < query.limit)[:, None], values, 0.0)
@@ -185,9 +204,7 @@ def _attend_like(
     return out
 
 
-def _weighted_values(
-    scores: torch.Tensor, values: torch.Tensor, block_size: int, rescale: bool
-) -> torch.Tensor:
+def _weighted_values(scores: torch.Tensor, values: torch.Tensor, block_size: int, rescale: bool) -> torch.Tensor:
     """softmax(scores) @ values; without ``rescale``, as an online softmax that forgets to rescale.
 
     The buggy version walks the blocks, subtracts each new running max from the new block's
@@ -209,8 +226,25 @@ def _weighted_values(
     return weighted / total
 
 
+def _pools(bug: Bug, k_pool: torch.Tensor, v_pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The pools as ``bug`` reads them, in float64 on the CPU; None when it reads outside their storage."""
+    if bug.strides == "contiguous":
+        if k_pool.is_contiguous():
+            return None  # the same as the right answer: nothing to recognise
+        try:
+            k_pool, v_pool = (torch.as_strided(p, p.shape, torch.empty(p.shape).stride(), p.storage_offset())
+                              for p in (k_pool, v_pool))  # fmt: skip
+            k_pool, v_pool = k_pool.clone(), v_pool.clone()
+        except RuntimeError:  # past the end of the storage
+            return None
+    return k_pool.double().cpu(), v_pool.double().cpu()
+
+
 def decode_as(bug: Bug, inputs: DecodeInputs) -> torch.Tensor | None:
-    q, k_pool, v_pool = (t.double().cpu() for t in (inputs.q, inputs.k_pool, inputs.v_pool))
+    pools = _pools(bug, inputs.k_pool, inputs.v_pool)
+    if pools is None:
+        return None
+    q, (k_pool, v_pool) = inputs.q.double().cpu(), pools
     rows = []
     for b, length in enumerate(inputs.lengths.tolist()):
         row = _attend_like(bug, q[b], k_pool, v_pool, inputs.block_tables[b].cpu(), _Query(length, length))
@@ -221,7 +255,10 @@ def decode_as(bug: Bug, inputs: DecodeInputs) -> torch.Tensor | None:
 
 
 def prefill_as(bug: Bug, inputs: PrefillInputs) -> torch.Tensor | None:
-    q, k_pool, v_pool = (t.double().cpu() for t in (inputs.q, inputs.k_pool, inputs.v_pool))
+    pools = _pools(bug, inputs.k_pool, inputs.v_pool)
+    if pools is None:
+        return None
+    q, (k_pool, v_pool) = inputs.q.double().cpu(), pools
     total = inputs.start + q.shape[0]
     rows = []
     for t in range(q.shape[0]):

@@ -2,9 +2,12 @@
 
 Every pool is filled with random keys and values everywhere, stale slots included, so a kernel
 that reads past a sequence's length gets a different answer; block ids are handed out in a
-shuffled order, so a kernel that skips the table gets a different answer too. Sizes keep each
-scenario near 100 program-iterations or fewer in Triton's interpreter. Nothing here runs a
-kernel or computes attention.
+shuffled order, so a kernel that skips the table gets a different answer too. The kernel checks
+add cases the launchers never make: pools laid out in memory other than contiguously
+(``layout``: a kernel must use the strides it is handed) and stale slots holding NaN
+(``stale="nan"``: what a freed block may hold; a value loaded without a mask poisons the answer
+even where its weight is 0). Sizes keep each scenario near 100 program-iterations or fewer in
+Triton's interpreter. Nothing here runs a kernel or computes attention.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ __all__ = [
     "DECODE_CASES",
     "GPU_COMPILE_DECODE_CASES",
     "GPU_COMPILE_PREFILL_CASES",
-    "GPU_COMPILE_SPLIT_K_CASES",
+    "KERNEL_DECODE_CASES",
+    "KERNEL_PREFILL_CASES",
+    "LAYOUTS",
     "NEGATIVE_SCORE",
     "SPLIT_K_CASES",
     "PREFILL_CASES",
@@ -52,6 +57,8 @@ class DecodeCase:
     splits: int = 1  # only for the split-K check
     seed: int = 0
     negative_scores: bool = False  # every score near -150 (see _push_scores_down)
+    layout: str = "contiguous"  # how the pools lie in memory (see _laid_out)
+    stale: str = "random"  # what stale slots past the length hold: "random" or "nan"
 
 
 @dataclass
@@ -94,6 +101,39 @@ def _push_scores_down(q: torch.Tensor, k_pool: torch.Tensor) -> None:
     q[..., 0] = NEGATIVE_SCORE / 10.0 * head_dim**0.5
 
 
+# Values of head_dim padding in a "padded" pool: NaN, so a kernel reading them is seen at once.
+_PADDING = 8
+LAYOUTS = {
+    "contiguous": "contiguous [blocks, kv_heads, block_size, head_dim]",
+    "slot-major": "stored [blocks, block_size, kv_heads, head_dim] and viewed as [blocks, kv_heads, block_size, "
+    "head_dim] (strides differ from a contiguous pool's)",
+    "padded": "rows of head_dim padded to head_dim + 8 in memory, and the pool starting one block into its storage",
+}
+
+
+def _laid_out(pool: torch.Tensor, layout: str) -> torch.Tensor:
+    """``pool`` (contiguous [N, kv_heads, block, D]) with the same values, laid out in memory as
+    ``layout`` says (``LAYOUTS``): a kernel that assumes contiguous strides reads other values."""
+    num_blocks, kv_heads, block_size, head_dim = pool.shape
+    if layout == "contiguous":
+        return pool
+    if layout == "slot-major":
+        stored = torch.empty((num_blocks, block_size, kv_heads, head_dim), dtype=pool.dtype, device=pool.device)
+        return stored.permute(0, 2, 1, 3).copy_(pool)
+    if layout == "padded":
+        shape = (num_blocks + 1, kv_heads, block_size, head_dim + _PADDING)
+        stored = torch.full(shape, float("nan"), dtype=pool.dtype, device=pool.device)
+        return stored[1:, :, :, :head_dim].copy_(pool)
+    raise ValueError(f"no such layout: {layout!r}")
+
+
+def _poison_stale(pool: torch.Tensor, table: torch.Tensor, length: int) -> None:
+    """NaN in the slots of the last block of a sequence of ``length`` tokens past its end, in place."""
+    block_size = pool.shape[2]
+    if length % block_size:
+        pool[int(table[(length - 1) // block_size]), :, length % block_size :, :] = float("nan")
+
+
 def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> DecodeInputs:
     generator = torch.Generator().manual_seed(1000 + case.seed + 7919 * seed)
     per_sequence = [-(-length // case.block_size) for length in case.lengths]
@@ -108,10 +148,14 @@ def decode_inputs(case: DecodeCase, dtype: torch.dtype, seed: int = 0) -> Decode
     q = q * case.score_scale
     if case.negative_scores:
         _push_scores_down(q, k_pool)
+    if case.stale == "nan":
+        for row, length in enumerate(case.lengths):
+            _poison_stale(k_pool, tables[row], length)
+            _poison_stale(v_pool, tables[row], length)
     return DecodeInputs(
         q=q.to(dtype).to(DEVICE),
-        k_pool=k_pool.to(dtype).to(DEVICE),
-        v_pool=v_pool.to(dtype).to(DEVICE),
+        k_pool=_laid_out(k_pool.to(dtype).to(DEVICE), case.layout),
+        v_pool=_laid_out(v_pool.to(dtype).to(DEVICE), case.layout),
         block_tables=tables.to(DEVICE),
         lengths=torch.tensor(case.lengths, dtype=torch.int32, device=DEVICE),
         block_size=case.block_size,
@@ -184,6 +228,43 @@ DECODE_CASES: tuple[DecodeCase, ...] = (
         head_dim=16,
         seed=7,
         negative_scores=True,
+    ),
+)
+
+# What only the kernel check runs (the launchers take contiguous pools): the kernel launched by the
+# check on pools laid out otherwise, and on stale slots that hold NaN.
+KERNEL_DECODE_CASES: tuple[DecodeCase, ...] = (
+    *DECODE_CASES,
+    DecodeCase(
+        "a pool that is not contiguous: " + LAYOUTS["slot-major"] + "; lengths 6 and 13, blocks of 4, group size 2",
+        lengths=(6, 13),
+        block_size=4,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=16,
+        seed=8,
+        layout="slot-major",
+    ),
+    DecodeCase(
+        "a pool whose " + LAYOUTS["padded"] + "; lengths 3 and 10, blocks of 8",
+        lengths=(3, 10),
+        block_size=8,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+        seed=9,
+        layout="padded",
+    ),
+    DecodeCase(
+        "stale slots past each length hold NaN (a freed block keeps whatever its last owner left): lengths 5, 9 "
+        "and 15, blocks of 4",
+        lengths=(5, 9, 15),
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=10,
+        stale="nan",
     ),
 )
 
@@ -268,6 +349,8 @@ class PrefillCase:
     score_scale: float = 1.0
     seed: int = 0
     negative_scores: bool = False  # every score near -150 (see _push_scores_down)
+    layout: str = "contiguous"  # how the pools lie in memory (see _laid_out)
+    stale: str = "random"  # what stale slots past start + new_tokens hold: "random" or "nan"
 
 
 @dataclass
@@ -292,10 +375,13 @@ def prefill_inputs(case: PrefillCase, dtype: torch.dtype, seed: int = 0) -> Pref
     q = torch.randn((case.new_tokens, case.q_heads, case.head_dim), generator=generator, dtype=torch.float64)
     if case.negative_scores:
         _push_scores_down(q, k_pool)
+    if case.stale == "nan":
+        _poison_stale(k_pool, table, case.start + case.new_tokens)
+        _poison_stale(v_pool, table, case.start + case.new_tokens)
     return PrefillInputs(
         q=(q * case.score_scale).to(dtype).to(DEVICE),
-        k_pool=k_pool.to(dtype).to(DEVICE),
-        v_pool=v_pool.to(dtype).to(DEVICE),
+        k_pool=_laid_out(k_pool.to(dtype).to(DEVICE), case.layout),
+        v_pool=_laid_out(v_pool.to(dtype).to(DEVICE), case.layout),
         block_table=table.to(DEVICE),
         start=case.start,
         block_size=case.block_size,
@@ -377,6 +463,44 @@ PREFILL_CASES: tuple[PrefillCase, ...] = (
 )
 
 
+KERNEL_PREFILL_CASES: tuple[PrefillCase, ...] = (
+    *PREFILL_CASES,
+    PrefillCase(
+        "a pool that is not contiguous: " + LAYOUTS["slot-major"] + "; 6 cached tokens, 7 new, blocks of 4",
+        start=6,
+        new_tokens=7,
+        block_size=4,
+        q_heads=2,
+        kv_heads=1,
+        head_dim=16,
+        seed=7,
+        layout="slot-major",
+    ),
+    PrefillCase(
+        "a pool whose " + LAYOUTS["padded"] + "; 2 cached tokens, 5 new, blocks of 8, group size 2",
+        start=2,
+        new_tokens=5,
+        block_size=8,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=16,
+        seed=8,
+        layout="padded",
+    ),
+    PrefillCase(
+        "stale slots past the last new token hold NaN: 5 cached tokens, 6 new (the last block 3/4 full), blocks of 4",
+        start=5,
+        new_tokens=6,
+        block_size=4,
+        q_heads=2,
+        kv_heads=2,
+        head_dim=16,
+        seed=9,
+        stale="nan",
+    ),
+)
+
+
 # --------------------------------------------------------------------------- GPU compile shapes
 
 
@@ -401,8 +525,9 @@ BENCHMARK_DECODE_CASE = DecodeCase(
     head_dim=128,
 )
 
-# What the kernel checks compile for CUDA targets: the smallest check tiles (a GPU runs the
-# same checks) and, for decode, the benchmark's largest tile.
-GPU_COMPILE_DECODE_CASES: tuple[DecodeCase, ...] = (*_extremes(DECODE_CASES), BENCHMARK_DECODE_CASE)
-GPU_COMPILE_SPLIT_K_CASES: tuple[DecodeCase, ...] = _extremes(SPLIT_K_CASES)
+# What the kernel checks compile for CUDA targets: the smallest check tiles, where a GPU's minimum
+# shapes bite (a GPU runs the same checks). Not the benchmark's largest tile: a design that holds a
+# 3-D tile there can take minutes to compile, and a verdict must not hang on the machine's speed
+# (its registers and spills are the benchmark's business: ``python run.py gpu-check``).
+GPU_COMPILE_DECODE_CASES: tuple[DecodeCase, ...] = _extremes(DECODE_CASES)
 GPU_COMPILE_PREFILL_CASES: tuple[PrefillCase, ...] = _extremes(PREFILL_CASES)

@@ -48,6 +48,15 @@ class Refused(CheckFailed):
     like any other for the learner; the grader's second opinion also flags it for the instructor."""
 
 
+class NoVerdict(Exception):
+    """The check could not reach a verdict, for a reason that is the machine's, not the learner's
+    (a process starved of CPU time for minutes, a compiler with no answer in time). Never a
+    failure: the grader runs the cell again alone, and the lab says to run the check again."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
 def refuse(scenario: str, expected: Any, got: Any, hint: str) -> None:
     """``fail``, raising ``Refused``."""
     raise Refused(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")

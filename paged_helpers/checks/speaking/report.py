@@ -22,7 +22,14 @@ from ...running.graded import graded_run
 from .failure import CheckFailed, NotImplementedYet
 
 __all__ = [
-    "HIDDEN_LABEL", "REGISTRY", "CheckInfo", "check", "count_call", "device_problem", "quiet", "run_hidden_scenarios",
+    "HIDDEN_LABEL",
+    "REGISTRY",
+    "CheckInfo",
+    "check",
+    "count_call",
+    "device_problem",
+    "quiet",
+    "run_hidden_scenarios",
 ]
 
 # What the running check has asked of the learner's code: scenarios named and calls made.
@@ -85,7 +92,9 @@ class CheckInfo:
     ``notebook`` is the notebook whose graded cells call the check, ``builds`` the learner's
     definition it is handed first, and ``partners`` the learner's earlier definitions it takes
     after that, as ``(notebook, name)`` pairs (a prefix cache is checked on the learner's own
-    paged cache). ``graded`` is False for optional exercises.
+    paged cache). ``graded`` is False for optional exercises. ``kernel`` is True for a check that
+    is handed a ``@triton.jit`` kernel and judges its text (``running.learner_kernel``): the grader
+    hands it the kernel as the submitted notebook defines it, and never asks the learner's process.
     """
 
     name: str
@@ -94,6 +103,7 @@ class CheckInfo:
     builds: str
     partners: tuple[tuple[str, str], ...] = ()
     graded: bool = True
+    kernel: bool = False
 
 
 # Filled by @check as the check modules are imported (paged_helpers.checks imports them all).
@@ -101,7 +111,12 @@ REGISTRY: dict[str, CheckInfo] = {}
 
 
 def check(
-    *, notebook: str, builds: str, partners: tuple[tuple[str, str], ...] = (), graded: bool = True
+    *,
+    notebook: str,
+    builds: str,
+    partners: tuple[tuple[str, str], ...] = (),
+    graded: bool = True,
+    kernel: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., None]]:
     """Decorator for public checks: registers the check, keeps it quiet, prints one line on success.
 
@@ -150,7 +165,9 @@ def check(
             raise RuntimeError(
                 f"two checks are named {function.__name__}: in {earlier.function.__module__} and {function.__module__}"
             )
-        REGISTRY[function.__name__] = CheckInfo(function.__name__, wrapper, notebook, builds, tuple(partners), graded)
+        REGISTRY[function.__name__] = CheckInfo(
+            function.__name__, wrapper, notebook, builds, tuple(partners), graded, kernel
+        )
         return wrapper
 
     return decorate

@@ -1,0 +1,353 @@
+"""The checker's kernel process: runs a learner's validated Triton kernel module, and nothing else.
+
+Run as a script (``python _kernel_worker.py interpreted|compiled``), never imported: the parent
+(``kernel_process``) starts a fresh one per check, so nothing of the checker (its seeds, its
+expected values, its references) is in this process's memory, only the inputs it is sent. It
+imports torch and Triton, never ``paged_helpers``.
+
+It speaks in frames on its own copies of stdin and stdout (the kernel's prints go to a file):
+a 4-byte length, a JSON header, then the header's ``blobs`` (byte counts) as raw bytes::
+
+    {"op": "load", "source": "..."}
+        -> {"ok": true, "kernels": {name: {"params": [...], "constexprs": [...]}}}
+    {"op": "launch", "kernel": name, "grid": [..], "args": [{"tensor": i} | {"value": v}],
+     "tensors": [{"name", "dtype", "offset", "shape", "stride", "writable"}], "cpu_budget": s,
+     "options": {"num_warps": 4}, "blobs": [storage bytes of each tensor]}
+        -> {"ok": true, "printed": "...", "blobs": [...]}   (the writable tensors' storages)
+        -> {"ok": false, "kind": "raised" | "out of bounds", "error_type", "message",
+            "frames": [[line, text], ...], "printed", "access": {...}}
+
+Under Triton's interpreter every load, store and atomic of the kernel is checked before it
+happens: an address outside every tensor the kernel was handed (or a store into a tensor it
+may only read) stops the kernel with an ``out of bounds`` answer naming the tensor it came
+closest to. So a stray access is a message, never a segfault or a read of this process's
+memory. The source was validated by the parent (``kernel_source``) before it was sent: its
+top level holds only imports of Triton and math, constants and ``@triton.jit`` functions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import struct
+import sys
+import tempfile
+import traceback
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "interpreted"
+if MODE == "interpreted":
+    os.environ["TRITON_INTERPRET"] = "1"  # before the first import of triton
+else:
+    os.environ.pop("TRITON_INTERPRET", None)
+
+# The protocol's own descriptors; fd 1 and 2 then go to a file, so nothing printed (by the
+# kernel, numpy or Triton) can garble a frame.
+_IN = os.fdopen(os.dup(0), "rb", buffering=0)
+_OUT = os.fdopen(os.dup(1), "wb", buffering=0)
+_PRINTED = tempfile.TemporaryFile()
+os.dup2(_PRINTED.fileno(), 1)
+os.dup2(_PRINTED.fileno(), 2)
+sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
+sys.stderr = sys.stdout
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+    "int32": torch.int32, "int64": torch.int64, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}  # fmt: skip
+
+_SOURCE_NAME = "learner_kernels"
+
+
+class OutOfBounds(Exception):
+    """A load, store or atomic of the kernel outside what it was given; ``facts`` say where."""
+
+    def __init__(self, facts: dict):
+        super().__init__(facts["what"])
+        self.facts = facts
+
+
+class _Regions:
+    """The byte ranges of the tensors of the running launch: [start, end), name, writable."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int, str, bool]] = []
+
+    def check(self, addresses: np.ndarray, mask: np.ndarray, width: int, store: bool) -> None:
+        addresses = np.asarray(addresses, dtype=np.uint64)
+        active = np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape)
+        wanted = addresses[active]
+        if wanted.size == 0:
+            return
+        inside = np.zeros(wanted.shape, dtype=bool)
+        writable = np.zeros(wanted.shape, dtype=bool)
+        for start, end, _name, can_write in self.items:
+            here = (wanted >= start) & (wanted + width <= end)
+            inside |= here
+            if can_write:
+                writable |= here
+        bad = ~inside if not store else ~writable
+        if not bad.any():
+            return
+        stray = wanted[bad].astype(np.int64)
+        facts = {"what": "store" if store else "load", "count": int(bad.sum()), "of": int(wanted.size)}
+        if store and inside[bad].all():
+            facts["into"] = next(
+                (name for start, end, name, _ in self.items if start <= int(stray[0]) < end), "an input"
+            )
+        else:
+            facts.update(self.nearest(stray, width))
+        raise OutOfBounds(facts)
+
+    def nearest(self, stray: np.ndarray, width: int) -> dict:
+        """The tensor the stray addresses came closest to, and by how many elements before or past it."""
+        best = None
+        for start, end, name, _ in self.items:
+            before = int(np.clip(start - stray, 0, None).max())
+            after = int(np.clip(stray + width - end, 0, None).max())
+            distance = max(before, after)
+            if best is None or distance < best[0]:
+                side = "past its end" if after >= before else "before its start"
+                best = (distance, name, side)
+        distance, name, side = best
+        return {"near": name, "side": side, "elements": -(-distance // max(width, 1))}
+
+
+_REGIONS = _Regions()
+
+
+def _watch_memory() -> None:
+    """Every memory operation of the interpreter checks its addresses against ``_REGIONS`` first."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
+    atomic_rmw, atomic_cas = builder.create_atomic_rmw, builder.create_atomic_cas
+
+    def width(ptrs) -> int:
+        return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+
+    def load(self, ptrs, mask, other, cache_policy, is_volatile):
+        _REGIONS.check(ptrs.data, mask.data, width(ptrs), store=False)
+        return masked_load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def store(self, ptrs, value, mask, cache_policy):
+        _REGIONS.check(ptrs.data, mask.data, width(ptrs), store=True)
+        return masked_store(self, ptrs, value, mask, cache_policy)
+
+    def rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        _REGIONS.check(ptr.data, mask.data, width(ptr), store=True)
+        return atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope)
+
+    def cas(self, ptr, cmp, val, sem, scope):
+        _REGIONS.check(ptr.data, np.ones(np.shape(ptr.data), dtype=bool), width(ptr), store=True)
+        return atomic_cas(self, ptr, cmp, val, sem, scope)
+
+    builder.create_masked_load, builder.create_masked_store = load, store
+    builder.create_atomic_rmw, builder.create_atomic_cas = rmw, cas
+
+
+# -- frames -----------------------------------------------------------------------------------
+
+
+def _read_exactly(count: int) -> bytes:
+    chunks, left = [], count
+    while left:
+        chunk = _IN.read(left)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive() -> tuple[dict, list[bytes]]:
+    (length,) = struct.unpack(">I", _read_exactly(4))
+    header = json.loads(_read_exactly(length))
+    return header, [_read_exactly(int(size)) for size in header.get("blobs", [])]
+
+
+def _send(header: dict, blobs: list[bytes] = ()) -> None:
+    header = {**header, "blobs": [len(blob) for blob in blobs]}
+    text = json.dumps(header).encode()
+    _OUT.write(struct.pack(">I", len(text)) + text + b"".join(blobs))
+
+
+def _printed() -> str:
+    sys.stdout.flush()
+    _PRINTED.seek(0)
+    text = _PRINTED.read()[-20000:].decode(errors="replace")
+    _PRINTED.seek(0)
+    _PRINTED.truncate()
+    return text
+
+
+# -- the operations ---------------------------------------------------------------------------
+
+_MODULE = None
+
+
+def _load(header: dict) -> dict:
+    global _MODULE
+    import importlib.util
+    import inspect
+
+    folder = tempfile.mkdtemp(prefix="learner-kernels-")
+    path = os.path.join(folder, f"{_SOURCE_NAME}.py")  # Triton reads a kernel's source with inspect
+    with open(path, "w") as handle:
+        handle.write(header["source"])
+    spec = importlib.util.spec_from_file_location(_SOURCE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_SOURCE_NAME] = module
+    spec.loader.exec_module(module)
+    _MODULE = module
+    kernels = {}
+    for name, value in vars(module).items():
+        fn = getattr(value, "fn", None)
+        if fn is None or not callable(fn) or getattr(fn, "__module__", None) != _SOURCE_NAME:
+            continue
+        parameters = list(inspect.signature(fn).parameters.values())
+        kernels[name] = {
+            "params": [p.name for p in parameters],
+            "constexprs": [p.name for p in parameters if "constexpr" in str(p.annotation)],
+        }
+    return {"ok": True, "kernels": kernels}
+
+
+# Space left between two tensors in the arena: a stray access near a tensor falls in a gap
+# (reported out of bounds), not in the next tensor.
+_GAP = 1 << 16
+
+
+def _tensors(specs: list[dict], blobs: list[bytes]) -> list[torch.Tensor]:
+    """Each tensor as a view (shape, strides, offset) of a storage holding the bytes sent for it.
+
+    Under the interpreter the storages lie in one arena, apart by ``_GAP`` bytes and more, so the
+    memory around each tensor is nobody's."""
+    if MODE == "compiled":
+        return [
+            torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+            .view(_DTYPES[spec["dtype"]])
+            .cuda()
+            .as_strided(spec["shape"], spec["stride"], spec["offset"])
+            for spec, blob in zip(specs, blobs, strict=True)
+        ]
+    starts, size = [], _GAP
+    for blob in blobs:
+        starts.append(size)
+        size += -(-len(blob) // 64) * 64 + _GAP
+    arena = bytearray(size)
+    tensors = []
+    for spec, blob, start in zip(specs, blobs, starts, strict=True):
+        arena[start : start + len(blob)] = blob
+        storage = (
+            torch.frombuffer(arena, dtype=torch.uint8, offset=start, count=len(blob))
+            if blob
+            else (torch.empty(0, dtype=torch.uint8))
+        )
+        tensors.append(storage.view(_DTYPES[spec["dtype"]]).as_strided(spec["shape"], spec["stride"], spec["offset"]))
+    return tensors
+
+
+def _storage_bytes(tensor: torch.Tensor) -> bytes:
+    storage = tensor.untyped_storage()
+    whole = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+    return whole.cpu().numpy().tobytes()
+
+
+def _learner_frames(error: BaseException) -> list[list]:
+    frames = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        if os.path.basename(frame.filename) == f"{_SOURCE_NAME}.py":
+            frames.append([frame.lineno, (frame.line or "").strip()])
+    cause = error.__cause__ or error.__context__
+    if not frames and cause is not None and cause is not error:
+        return _learner_frames(cause)
+    return frames[-6:]
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The error under Triton's wrapping (InterpreterError, CompilationError keep it as the cause)."""
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        inner = error.__cause__ or error.__context__
+        if isinstance(inner, OutOfBounds) or type(error).__name__ in ("InterpreterError",):
+            error = inner
+            continue
+        break
+    return error
+
+
+def _launch(header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
+    kernel = getattr(_MODULE, header["kernel"])
+    tensors = _tensors(header["tensors"], blobs)
+    _REGIONS.items = []
+    for spec, tensor in zip(header["tensors"], tensors, strict=True):
+        storage = tensor.untyped_storage()
+        _REGIONS.items.append(
+            (storage.data_ptr(), storage.data_ptr() + storage.nbytes(), spec["name"], spec["writable"])
+        )
+    args = [tensors[item["tensor"]] if "tensor" in item else item["value"] for item in header["args"]]
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = int(spent + float(header["cpu_budget"])) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    try:
+        kernel[tuple(header["grid"])](*args, **header.get("options", {}))
+        if MODE == "compiled":
+            torch.cuda.synchronize()
+    except BaseException as error:  # the learner's kernel failed: its answer says how
+        inner = _innermost(error)
+        answer = {
+            "ok": False,
+            "kind": "out of bounds" if isinstance(inner, OutOfBounds) else "raised",
+            "error_type": type(inner).__name__,
+            "message": str(inner)[:3000],
+            "frames": _learner_frames(error),
+            "printed": _printed(),
+        }
+        if isinstance(inner, OutOfBounds):
+            answer["access"] = inner.facts
+        return answer, []
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    out = [_storage_bytes(t) for spec, t in zip(header["tensors"], tensors, strict=True) if spec["writable"]]
+    return {"ok": True, "printed": _printed()}, out
+
+
+def main() -> int:
+    if MODE == "interpreted":
+        _watch_memory()
+    while True:
+        try:
+            header, blobs = _receive()
+        except EOFError:
+            return 0
+        try:
+            if header["op"] == "load":
+                _send(_load(header))
+            elif header["op"] == "launch":
+                answer, out = _launch(header, blobs)
+                _send(answer, out)
+            else:
+                _send({"ok": False, "kind": "raised", "error_type": "ValueError", "message": "no such operation"})
+        except BaseException as error:  # loading the module failed, or a request was malformed
+            _send({
+                "ok": False,
+                "kind": "raised",
+                "error_type": type(_innermost(error)).__name__,
+                "message": str(_innermost(error))[:3000],
+                "frames": _learner_frames(error),
+                "printed": _printed(),
+            })  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
