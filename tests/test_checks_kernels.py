@@ -267,7 +267,7 @@ def test_a_stray_load_is_stopped_and_named_with_its_tensor_and_line(tmp_path):
     )
     message = message_of(check_paged_decode_kernel, wild)
     assert "expected: every load and store inside the tensors the kernel was given" in message
-    assert "elements past its end of tables_ptr" in message
+    assert "elements past the end of tables_ptr" in message
     assert "07_paged_decode_kernel.ipynb, code cell" in message and "block = tl.load(tables_ptr" in message
 
 
@@ -524,7 +524,7 @@ PREFILL_WRONG = {
                 "q = tl.load(q_ptr + q_offsets).to(tl.float32)",
             )
         ],
-        "elements past its end of q_ptr",
+        "elements past the end of q_ptr",
     ),
     "rows past T stored": (
         [

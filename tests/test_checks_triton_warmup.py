@@ -1,16 +1,16 @@
 """The warm-up checks (notebook 06) pass the instructor's kernels and name each classic mistake.
 
-Each wrong kernel runs through the notebook's own launcher (its global kernel name rebound to the
-wrong kernel), so the only difference from the right answer is the kernel body.
+The checks are handed the kernel and launch it themselves (the given launchers are never called).
+Each wrong kernel is the instructor's kernel with one edit of its text, read as a learner's cell
+would be (``LearnerKernel.from_text``), so the only difference from the right answer is that edit.
 """
 
 from __future__ import annotations
 
-import types
+import random
 
+import nbformat
 import pytest
-import triton
-import triton.language as tl
 
 from paged_helpers.checks import (
     NotImplementedYet,
@@ -20,580 +20,313 @@ from paged_helpers.checks import (
     check_scale_kernel,
     check_softmax_kernel,
 )
+from paged_helpers.running.learner_kernel import LearnerKernel
 
-from conftest import solution, strip_ansi
+from conftest import NOTEBOOKS, solution, strip_ansi
+from student_release import release_definition
 
 NOTEBOOK = "06_triton_warmup"
+CHECKS = {
+    "scale_kernel": check_scale_kernel,
+    "row_max_kernel": check_row_max_kernel,
+    "gather_rows_kernel": check_gather_rows_kernel,
+    "softmax_kernel": check_softmax_kernel,
+    "load_block_kernel": check_load_block_kernel,
+}
 
 
-def launcher_with(name: str, kernel_name: str, kernel) -> types.FunctionType:
-    """The notebook's launcher ``name``, launching ``kernel`` in place of its ``kernel_name``."""
-    right = solution(NOTEBOOK, name)
-    return types.FunctionType(right.__code__, {**right.__globals__, kernel_name: kernel}, name, right.__defaults__)
+def source_of(name: str) -> str:
+    """The instructor's kernel ``name`` as the check reads it: its module, from the notebook's text."""
+    return LearnerKernel.from_notebook(NOTEBOOKS / f"{NOTEBOOK}.ipynb", name).module().source
 
 
-# --------------------------------------------------------------------------- wrong kernels
+def edited(name: str, *edits: tuple[str, str]) -> LearnerKernel:
+    """The instructor's kernel with each (old, new) edit of its text made once."""
+    source = source_of(name)
+    for old, new in edits:
+        assert source.count(old) == 1, f"{old!r} is not once in {name}"
+        source = source.replace(old, new)
+    return LearnerKernel.from_text(source, name)
 
 
-@triton.jit
-def scale_store_unmasked(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
-    tl.store(out_ptr + offsets, factor * x)
+# --------------------------------------------------------------------------- the right kernels
 
 
-@triton.jit
-def scale_without_program_offset(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, factor * tl.load(x_ptr + offsets, mask=mask), mask=mask)
-
-
-@triton.jit
-def scale_stub(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
-    raise NotImplementedError()
-
-
-@triton.jit
-def row_max_other_zero(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offsets = tl.arange(0, BLOCK)
-    values = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols)
-    tl.store(out_ptr + row, tl.max(values, axis=0))
-
-
-@triton.jit
-def row_max_cols_as_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offsets = tl.arange(0, BLOCK)
-    values = tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=-float("inf"))
-    tl.store(out_ptr + row, tl.max(values, axis=0))
-
-
-@triton.jit
-def row_max_unmasked(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    values = tl.load(x_ptr + row * stride_row + tl.arange(0, BLOCK))
-    tl.store(out_ptr + row, tl.max(values, axis=0))
-
-
-@triton.jit
-def gather_ignoring_index(table_ptr, index_ptr, out_ptr, D: tl.constexpr):
-    i = tl.program_id(0)
-    columns = tl.arange(0, D)
-    tl.store(out_ptr + i * D + columns, tl.load(table_ptr + i * D + columns))
-
-
-@triton.jit
-def gather_row_without_width(table_ptr, index_ptr, out_ptr, D: tl.constexpr):
-    i = tl.program_id(0)
-    row = tl.load(index_ptr + i)
-    columns = tl.arange(0, D)
-    tl.store(out_ptr + i * D + columns, tl.load(table_ptr + row + columns))
-
-
-@triton.jit
-def softmax_without_rescale(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    m = -float("inf")
-    l = 0.0
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
-        m = tl.maximum(m, tl.max(tile, axis=0))
-        l = l + tl.sum(tl.exp(tile - m), axis=0)
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        mask = offsets < cols
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
-        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l, mask=mask)
-
-
-@triton.jit
-def softmax_other_zero(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    m = -float("inf")
-    l = 0.0
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=0.0)
-        m_new = tl.maximum(m, tl.max(tile, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
-        m = m_new
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        mask = offsets < cols
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=0.0)
-        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l, mask=mask)
-
-
-@triton.jit
-def softmax_without_max(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    l = 0.0
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
-        l = l + tl.sum(tl.exp(tile), axis=0)
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        mask = offsets < cols
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
-        tl.store(out_ptr + row * cols + offsets, tl.exp(tile) / l, mask=mask)
-
-
-@triton.jit
-def softmax_store_unmasked(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    m = -float("inf")
-    l = 0.0
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
-        m_new = tl.maximum(m, tl.max(tile, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
-        m = m_new
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
-        tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l)
-
-
-@triton.jit
-def softmax_store_with_input_stride(x_ptr, out_ptr, cols, stride_row, BLOCK: tl.constexpr):
-    """Masked everywhere, but rows are stored where x's rows start (out is contiguous)."""
-    row = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    m = -float("inf")
-    l = 0.0
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=offsets < cols, other=-float("inf"))
-        m_new = tl.maximum(m, tl.max(tile, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)
-        m = m_new
-    for start in range(0, cols, BLOCK):
-        offsets = start + lanes
-        mask = offsets < cols
-        tile = tl.load(x_ptr + row * stride_row + offsets, mask=mask, other=-float("inf"))
-        tl.store(out_ptr + row * stride_row + offsets, tl.exp(tile - m) / l, mask=mask)
-
-
-@triton.jit
-def load_block_logical_as_physical(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    valid = logical_block * BLOCK + slots < length
-    base = pool_ptr + logical_block * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_strides_swapped(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    valid = logical_block * BLOCK + slots < length
-    base = pool_ptr + physical * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] + rd[None, :] * s_slot, mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_unmasked(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    base = pool_ptr + physical * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :])
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_mask_without_block_start(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    """The mask compares the slot, not the token's position, with the length: true for every slot."""
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    base = pool_ptr + physical * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=(slots < length)[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_mask_on_columns(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    valid = logical_block * BLOCK + rd < length
-    base = pool_ptr + physical * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[None, :], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_store_masked(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    """Right rows, but the rows without a token are left as they were instead of set to 0."""
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    valid = logical_block * BLOCK + slots < length
-    base = pool_ptr + physical * s_block + head * s_head
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile, mask=valid[:, None])
-
-
-@triton.jit
-def load_block_head_ignored(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    valid = logical_block * BLOCK + slots < length
-    base = pool_ptr + physical * s_block
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_heads_packed(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    """Right for a contiguous pool, where heads lie D apart; not for a view of a wider one."""
-    slots = tl.arange(0, BLOCK)
-    rd = tl.arange(0, D)
-    physical = tl.load(table_ptr + logical_block)
-    valid = logical_block * BLOCK + slots < length
-    base = pool_ptr + physical * s_block + head * D
-    tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + slots[:, None] * D + rd[None, :], tile)
-
-
-@triton.jit
-def load_block_stub(
-    pool_ptr,
-    table_ptr,
-    out_ptr,
-    length,
-    logical_block,
-    head,
-    s_block,
-    s_slot,
-    s_head,
-    BLOCK: tl.constexpr,
-    D: tl.constexpr,
-):
-    raise NotImplementedError()
-
-
-# --------------------------------------------------------------------------- the tests
-
-
-@pytest.mark.parametrize(
-    ("check", "launcher"),
-    [
-        (check_scale_kernel, "scale"),
-        (check_row_max_kernel, "row_max"),
-        (check_gather_rows_kernel, "gather_rows"),
-        (check_softmax_kernel, "softmax"),
-        (check_load_block_kernel, "load_block"),
-    ],
-)
-def test_the_instructor_kernels_pass(check, launcher, capsys):
-    check(solution(NOTEBOOK, launcher))
+@pytest.mark.parametrize("name", CHECKS)
+def test_the_instructor_kernels_pass(name, capsys):
+    check = CHECKS[name]
+    check(solution(NOTEBOOK, name))
     assert capsys.readouterr().out.startswith(f"{check.__name__}: ")
 
 
-WRONG = [
-    (check_scale_kernel, "scale", "scale_kernel", scale_store_unmasked, ["outside `out`", "mask=offsets < n"]),
-    (check_scale_kernel, "scale", "scale_kernel", scale_without_program_offset, ["never written", "pid * BLOCK"]),
-    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_other_zero, ["loaded as 0", "other=-float('inf')"]),
-    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_cols_as_stride, ["stride_row"]),
-    (check_row_max_kernel, "row_max", "row_max_kernel", row_max_unmasked, ["beyond `cols`"]),
-    (
-        check_gather_rows_kernel,
-        "gather_rows",
-        "gather_rows_kernel",
-        gather_ignoring_index,
-        ["copied table row i", "index"],
-    ),
-    (check_gather_rows_kernel, "gather_rows", "gather_rows_kernel", gather_row_without_width, ["r * D"]),
-    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_without_rescale, ["not rescaled", "exp(m - m_new)"]),
-    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_other_zero, ["loaded as 0", "-inf"]),
-    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_without_max, ["overflows", "subtract the running max"]),
-    (check_softmax_kernel, "softmax", "softmax_kernel", softmax_store_unmasked, ["outside `out`", "mask the store"]),
-    (
-        check_softmax_kernel,
-        "softmax",
-        "softmax_kernel",
-        softmax_store_with_input_stride,
-        ["x's row stride", "the store used stride_row", "out_ptr + row * cols + offsets"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_logical_as_physical,
-        ["physical block 1, the logical block's own number", "tl.load(table_ptr + logical_block)"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_strides_swapped,
-        ["strides are exchanged", "slots[:, None] * s_slot + rd[None, :]"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_unmasked,
-        ["last block", "slots past the sequence's length", "mask=valid[:, None]"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_mask_without_block_start,
-        ["slots past the sequence's length", "logical_block * BLOCK + slots < length"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_mask_on_columns,
-        ["switched off columns instead of slots", "valid[:, None]"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_store_masked,
-        ["never written", "no mask on the store"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_head_ignored,
-        ["head 1", "holds pool[2, 0, 0, 0] instead of pool[2, 0, 1, 0]", "head * s_head"],
-    ),
-    (
-        check_load_block_kernel,
-        "load_block",
-        "load_block_kernel",
-        load_block_heads_packed,
-        ["heads lie 6 apart", "as if heads were packed", "head * s_head"],
-    ),
-]
-
-
-def test_the_wrong_stride_is_not_blamed_on_a_mask(failing_message):
-    wrong = launcher_with("softmax", "softmax_kernel", softmax_store_with_input_stride)
-    message = strip_ansi(failing_message(check_softmax_kernel, wrong))
-    assert "mask the store" not in message, message
-
-
-@pytest.mark.parametrize(
-    ("check", "launcher", "kernel_name", "kernel", "phrases"), WRONG, ids=[wrong[3].__name__ for wrong in WRONG]
-)
-def test_a_wrong_kernel_is_named(check, launcher, kernel_name, kernel, phrases, failing_message):
-    message = strip_ansi(failing_message(check, launcher_with(launcher, kernel_name, kernel)))
-    for phrase in phrases:
-        assert phrase in message, message
-
-
-def test_a_stub_is_not_implemented_yet():
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_scale_kernel(launcher_with("scale", "scale_kernel", scale_stub))
-
-
-def test_a_launcher_that_skips_the_kernel_fails():
-    def torch_only(x, out, factor, block=8):
-        out.copy_(factor * x)
-        return out
-
-    with pytest.raises(AssertionError, match="without launching the kernel"):
-        check_scale_kernel(torch_only)
-
-
-@triton.jit
-def scale_does_nothing(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
-    tl.program_id(0)
-
-
-def test_numpy_around_a_do_nothing_launch_fails():
-    """The answer computed in numpy (not torch: the second opinion's torch watch would not see it),
-    written after or before a launch that does nothing, or next to a launch that does half."""
-
-    def numpy_after(x, out, factor, block=8):
-        scale_does_nothing[(1,)](x, out, x.numel(), factor, BLOCK=block)
-        out.numpy()[:] = x.numpy() * factor
-        return out
-
-    def numpy_before(x, out, factor, block=8):
-        out.numpy()[:] = x.numpy() * factor
-        scale_does_nothing[(1,)](x, out, x.numel(), factor, BLOCK=block)
-        return out
-
-    right = solution(NOTEBOOK, "scale")
-
-    def half_then_numpy(x, out, factor, block=8):
-        right(x[: x.numel() // 2], out[: x.numel() // 2], factor, block)
-        out.numpy()[x.numel() // 2 :] = x.numpy()[x.numel() // 2 :] * factor
-        return out
-
-    for launcher, words in (
-        (numpy_after, "changed after the kernel had finished"),
-        (numpy_before, "already changed before the kernel was launched"),
-        (half_then_numpy, "changed after the kernel had finished"),
-    ):
-        with pytest.raises(AssertionError, match=words):
-            check_scale_kernel(launcher)
-
-
-def test_a_kernel_object_that_computes_in_python_fails():
-    """A KernelInterface of the learner's own (or Triton's with run replaced) "launches" numpy code."""
-    from triton.runtime.jit import KernelInterface
-
-    class NumpyKernel(KernelInterface):
-        def run(self, x, out, n, factor, BLOCK, grid=None, warmup=False):
-            out.numpy()[:] = x.numpy() * factor
-
-    fake = NumpyKernel()
-
-    def launcher(x, out, factor, block=8):
-        fake[(1,)](x, out, x.numel(), factor, BLOCK=block)
-        return out
-
-    with pytest.raises(AssertionError, match="not Triton's kernel"):
-        check_scale_kernel(launcher)
-
-    right = solution(NOTEBOOK, "scale")
-    kernel = right.__globals__["scale_kernel"]
-    patched_class = type("PatchedRun", (type(kernel),), {"run": NumpyKernel.run, "__module__": type(kernel).__module__})
-    patched = object.__new__(patched_class)
-    patched.__dict__.update(kernel.__dict__)
-    with pytest.raises(AssertionError, match="not Triton's kernel"):
-        check_scale_kernel(launcher_with("scale", "scale_kernel", patched))
-
-
-# --------------------------------------------------------------------------- puzzle 5 beyond the wrong kernels
-
-
-def test_load_block_passes_random_seeds_visible_and_hidden():
-    import random
-
-    right = solution(NOTEBOOK, "load_block")
-    for seed in random.Random().sample(range(2**31), 3) + [2026]:
-        for hidden in (False, True):
+@pytest.mark.parametrize("name", CHECKS)
+def test_the_instructor_kernels_pass_random_seeds(name):
+    """Visible (only load_block's visible call reads its seed) and hidden, at random 31-bit seeds."""
+    check, kernel = CHECKS[name], solution(NOTEBOOK, name)
+    for seed in random.Random().sample(range(2**31), 2):
+        for hidden in (False, True) if name == "load_block_kernel" else (True,):
             try:
-                check_load_block_kernel(right, seed=seed, hidden=hidden)
+                check(kernel, seed=seed, hidden=hidden)
             except AssertionError as error:
                 pytest.fail(f"seed {seed}, hidden={hidden}: {error}")
 
 
-def test_load_block_stub_is_not_implemented_yet():
+def test_the_kernel_text_is_what_is_judged():
+    """Handed as text (as the grader reads a submission) the instructor's kernel passes as well."""
+    check_scale_kernel(LearnerKernel.from_text(source_of("scale_kernel"), "scale_kernel"))
+
+
+# --------------------------------------------------------------------------- wrong kernels
+
+_SOFTMAX_STORE = "tl.store(out_ptr + row * cols + offsets, tl.exp(tile - m) / l, mask=mask)"
+_NO_RESCALE = (
+    ("m_new = tl.maximum(m, tl.max(tile, axis=0))", "m = tl.maximum(m, tl.max(tile, axis=0))"),
+    ("l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)", "l = l + tl.sum(tl.exp(tile - m), axis=0)"),
+    ("        m = m_new\n", ""),
+)
+_LOAD_BLOCK_LOAD = "tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)"
+
+WRONG = {
+    # puzzle 1
+    "scale: store without a mask": (
+        "scale_kernel",
+        [("tl.store(out_ptr + offsets, factor * x, mask=mask)", "tl.store(out_ptr + offsets, factor * x)")],
+        [
+            "scale: n = 1, BLOCK = 8",
+            "a store of 7 of its 8 addresses outside every tensor",
+            "7 elements",
+            "out_ptr",
+            "`tl.store(out_ptr + offsets, factor * x)`",
+            "mask every load and store",
+        ],
+    ),
+    "scale: load without a mask": (
+        "scale_kernel",
+        [("x = tl.load(x_ptr + offsets, mask=mask)", "x = tl.load(x_ptr + offsets)")],
+        ["a load of 7 of its 8 addresses outside every tensor", "x_ptr", "`x = tl.load(x_ptr + offsets)`"],
+    ),
+    "scale: every program on tile 0": (
+        "scale_kernel",
+        [("tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "tl.arange(0, BLOCK)")],
+        ["n = 13", "never written", "pid * BLOCK"],
+    ),
+    "scale: factor ignored": (
+        "scale_kernel",
+        [("factor * x, mask=mask)", "x, mask=mask)")],
+        ["out = factor * x", "multiply by factor"],
+    ),
+    # puzzle 2
+    "row_max: other left at 0": (
+        "row_max_kernel",
+        [(', other=-float("inf")', "")],
+        ["loaded as 0", "other=-float('inf')"],
+    ),
+    "row_max: cols as the row stride": (
+        "row_max_kernel",
+        [("x_ptr + row * stride_row", "x_ptr + row * cols")],
+        ["stride_row", "used `cols` where the row stride belongs"],
+    ),
+    "row_max: load without a mask": (
+        "row_max_kernel",
+        [(', mask=offsets < cols, other=-float("inf")', "")],
+        ["beyond `cols`", "mask = offsets < cols"],
+    ),
+    # puzzle 3
+    "gather_rows: the index ignored": (
+        "gather_rows_kernel",
+        [("table_ptr + row * D", "table_ptr + i * D")],
+        ["rows [4, 0, 6, 4, 2]", "got:      rows [0, 1, 2, 3, 4]", "copied table row i", "tl.load(index_ptr + i)"],
+    ),
+    "gather_rows: row number without the width": (
+        "gather_rows_kernel",
+        [("table_ptr + row * D", "table_ptr + row")],
+        ["r * D"],
+    ),
+    "gather_rows: out addressed with the row number": (
+        "gather_rows_kernel",
+        [("out_ptr + i * D", "out_ptr + row * D")],
+        ["a store of 8 of its 8 addresses outside every tensor", "out_ptr", "tl.store(out_ptr + row * D"],
+    ),
+    # puzzle 4
+    "softmax: no rescale": (
+        "softmax_kernel",
+        _NO_RESCALE,
+        ["max is in the last tile", "not rescaled", "exp(m - m_new)"],
+    ),
+    "softmax: other left at 0": (
+        "softmax_kernel",
+        [('mask=offsets < cols, other=-float("inf")', "mask=offsets < cols, other=0.0")],
+        ["loaded as 0", "-inf"],
+    ),
+    "softmax: no max": (
+        "softmax_kernel",
+        [
+            ("l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)", "l = l + tl.sum(tl.exp(tile))"),
+            ("tl.exp(tile - m) / l", "tl.exp(tile) / l"),
+        ],
+        ["scores near 1000", "overflows", "subtract the running max"],
+    ),
+    "softmax: store without a mask": (
+        "softmax_kernel",
+        [(_SOFTMAX_STORE, _SOFTMAX_STORE.replace(", mask=mask)", ")"))],
+        ["a store of 5 of its 8 addresses outside every tensor", "out_ptr", "tl.exp(tile - m) / l)`"],
+    ),
+    "softmax: first loop's load without a mask": (
+        "softmax_kernel",
+        [(', mask=offsets < cols, other=-float("inf"))\n        m_new', ")\n        m_new")],
+        ["a load of 3 of its 8 addresses outside every tensor", "x_ptr", "mask every load and store"],
+    ),
+    "softmax: out addressed with x's row stride": (
+        "softmax_kernel",
+        [("tl.store(out_ptr + row * cols", "tl.store(out_ptr + row * stride_row")],
+        ["x's row stride", "the store used stride_row", "out_ptr + row * cols + offsets"],
+    ),
+    # puzzle 5
+    "load_block: logical block as the physical one": (
+        "load_block_kernel",
+        [("physical * s_block", "logical_block * s_block")],
+        ["physical block 1, the logical block's own number", "tl.load(table_ptr + logical_block)"],
+    ),
+    "load_block: slot and column strides swapped": (
+        "load_block_kernel",
+        [("slots[:, None] * s_slot + rd[None, :]", "slots[:, None] + rd[None, :] * s_slot")],
+        ["strides are exchanged", "slots[:, None] * s_slot + rd[None, :]"],
+    ),
+    "load_block: load without a mask": (
+        "load_block_kernel",
+        [(", mask=valid[:, None], other=0.0", "")],
+        ["last block", "stale (NaN)", "slots past the sequence's length", "(here NaN)", "mask=valid[:, None]"],
+    ),
+    "load_block: mask without the block's start": (
+        "load_block_kernel",
+        [("valid = logical_block * BLOCK + slots < length", "valid = slots < length")],
+        ["slots past the sequence's length", "logical_block * BLOCK + slots < length"],
+    ),
+    "load_block: mask on the columns": (
+        "load_block_kernel",
+        [
+            ("valid = logical_block * BLOCK + slots < length", "valid = logical_block * BLOCK + rd < length"),
+            ("mask=valid[:, None]", "mask=valid[None, :]"),
+        ],
+        ["switched off columns instead of slots", "valid[:, None]"],
+    ),
+    "load_block: store masked": (
+        "load_block_kernel",
+        [("rd[None, :], tile)", "rd[None, :], tile, mask=valid[:, None])")],
+        ["never written", "no mask on the store"],
+    ),
+    "load_block: head ignored": (
+        "load_block_kernel",
+        [(" + head * s_head", "")],
+        ["head 1", "holds pool[3, 0, 0, 0] instead of pool[3, 0, 1, 0]", "head * s_head"],
+    ),
+    "load_block: a contiguous pool's head stride": (
+        "load_block_kernel",
+        [("head * s_head", "head * D")],
+        ["heads lie 6 apart", "as if heads were packed (a contiguous pool's layout)", "head * s_head"],
+    ),
+    "load_block: hard-coded strides": (
+        "load_block_kernel",
+        [
+            ("physical * s_block + head * s_head", "physical * 32 + head * 4"),
+            ("slots[:, None] * s_slot", "slots[:, None] * 8"),
+        ],
+        [
+            "a full block in the middle",
+            "holds pool[1, 4, 1, 0] instead of pool[3, 0, 1, 0]",
+            "the strides the kernel is handed",
+        ],
+    ),
+    "load_block: out addressed with the pool's slot stride": (
+        "load_block_kernel",
+        [("tl.store(out_ptr + slots[:, None] * D", "tl.store(out_ptr + slots[:, None] * s_slot")],
+        ["a store of 16 of its 32 addresses outside every tensor", "out_ptr", "slots[:, None] * s_slot"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG)
+def test_a_wrong_kernel_is_named(mistake, failing_message):
+    name, edits, phrases = WRONG[mistake]
+    message = strip_ansi(failing_message(CHECKS[name], edited(name, *edits)))
+    for phrase in phrases:
+        assert phrase in message, message
+
+
+def test_the_wrong_stride_is_not_blamed_on_a_mask(failing_message):
+    name, edits, _ = WRONG["softmax: out addressed with x's row stride"]
+    message = strip_ansi(failing_message(check_softmax_kernel, edited(name, *edits)))
+    assert "mask" not in message, message
+
+
+def test_a_hidden_failure_names_its_kind_not_its_sizes(failing_message):
+    name, edits, _ = WRONG["scale: factor ignored"]
+    message = strip_ansi(failing_message(lambda k: check_scale_kernel(k, seed=7, hidden=True), edited(name, *edits)))
+    assert "a hidden scenario failed" in message and "n = " not in message, message
+
+
+def test_a_stray_access_in_a_notebook_names_its_cell(tmp_path, failing_message):
+    """The kernel the learner's cell defines (as loaded from a notebook) is read from that notebook."""
+    from paged_helpers.notebook_loader import load_from_notebook
+
+    notebook = nbformat.read(NOTEBOOKS / f"{NOTEBOOK}.ipynb", as_version=4)
+    index = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and "def scale_kernel" in c.source)
+    cell = notebook.cells[index]
+    cell.source = cell.source.replace("factor * x, mask=mask)", "factor * x)")
+    nbformat.write(notebook, tmp_path / f"{NOTEBOOK}.ipynb")
+    kernel = load_from_notebook(NOTEBOOK, "scale_kernel", search=[tmp_path])
+    message = strip_ansi(failing_message(check_scale_kernel, kernel))
+    assert f"{NOTEBOOK}.ipynb, code cell {index} (the cell defining scale_kernel), line " in message, message
+    assert "`tl.store(out_ptr + offsets, factor * x)`" in message, message
+
+
+# --------------------------------------------------------------------------- what the check is handed
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_fresh_release_is_not_implemented_yet(tmp_path, name):
+    kernel = release_definition(tmp_path, NOTEBOOK, name)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_load_block_kernel(launcher_with("load_block", "load_block_kernel", load_block_stub))
+        CHECKS[name](kernel)
+
+
+def test_an_unfinished_kernel_is_a_note_when_asked(tmp_path, capsys):
+    check_scale_kernel(release_definition(tmp_path, NOTEBOOK, "scale_kernel"), unfinished="note")
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_the_launcher_is_not_a_kernel(failing_message):
+    message = strip_ansi(failing_message(check_scale_kernel, solution(NOTEBOOK, "scale")))
+    assert "a @triton.jit kernel was expected, got function" in message, message
+
+
+def test_a_changed_signature_is_refused(failing_message):
+    wrong = edited("scale_kernel", ("BLOCK: tl.constexpr", "BLOCK"))
+    message = strip_ansi(failing_message(check_scale_kernel, wrong))
+    assert "the signature of scale_kernel" in message, message
+    assert "scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr)" in message, message
+
+
+def test_a_kernel_cell_with_more_than_a_kernel_is_refused(failing_message):
+    source = "import os\n" + source_of("scale_kernel").replace(
+        "mask = offsets < n\n", "mask = offsets < n\n    os.getpid()\n"
+    )
+    message = strip_ansi(failing_message(check_scale_kernel, LearnerKernel.from_text(source, "scale_kernel")))
+    assert "lines the check refuses to load" in message and "Imports: only triton" in message, message
+
+
+def test_a_kernel_that_never_ends_is_stopped(monkeypatch, failing_message):
+    from paged_helpers.checks.kernels import launching
+
+    monkeypatch.setattr(launching, "_BUDGET_FIXED_S", 3.0)
+    wrong = edited(
+        "scale_kernel", ("    mask = offsets < n\n", "    mask = offsets < n\n    while n > 0:\n        n = n + 1\n")
+    )
+    message = strip_ansi(failing_message(check_scale_kernel, wrong))
+    assert "still running when the budget was spent" in message, message
+
+
+# --------------------------------------------------------------------------- the notebook's pictures
 
 
 def test_the_block_picture_draws_the_kernels_addresses():

@@ -454,75 +454,20 @@ def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
     ],
     ids=["honest_kernel", "do_nothing_kernel_plus_torch", "do_nothing_kernel_plus_numpy"],
 )
-def test_a_do_nothing_triton_launch_plus_torch_is_caught(tmp_path, edits, passes):
+def test_the_kernel_is_judged_whatever_the_launcher_does(tmp_path, edits, passes):
+    """In 06 the launchers are given and never judged: the check launches the kernel itself, so a
+    kernel that does nothing fails whatever the launcher computes around it (issue 35)."""
     from autograde_helpers import second_opinion
 
     assignment = "06_triton_warmup"
     submission = _student_course(tmp_path, assignment=assignment, notebook=_warmup_submission(**edits))
     notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
-    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
+    calls = second_opinion.check_calls("check_scale_kernel(scale_kernel)\n")
     spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
     verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
     assert verdict["passed"] is passes, verdict
     if not passes:
-        assert any("outside the Triton kernel" in flag for flag in verdict["flags"]), verdict
-        # the check itself refuses it too (so the kernel's run scores 0 as well), and says so as a flag
-        assert "changed after the kernel had finished" in verdict["message"], verdict
-        assert any("handed the check what it refuses" in flag for flag in verdict["flags"]), verdict
-
-
-# A launcher that computes the answer in Python from the input's values, then has a kernel of its own
-# (the scale kernel with factor 1: a copy) write it into the output: every launch is genuine and the
-# output is exactly what the last launch wrote.
-HONEST_LAUNCH = "    scale_kernel[(triton.cdiv(n, block),)](x, out, n, factor, BLOCK=block)"
-COPIED_ANSWERS = {
-    "tolist": "    answer = torch.tensor([v * factor for v in x.tolist()], dtype=x.dtype)",
-    "float_of_each_element": "    answer = torch.tensor([float(v) * factor for v in x], dtype=x.dtype)",
-    "deepcopy_then_numpy_free_math": (
-        "    import copy\n    answer = torch.tensor([v * factor for v in copy.deepcopy(x).tolist()], dtype=x.dtype)"
-    ),
-}
-
-
-def _clean_run_of_a_copied_answer(tmp_path, make_answer: str) -> dict:
-    """The clean run's verdict on notebook 06's scale launcher, its launch replaced by ``make_answer``
-    (lines that compute ``answer`` in Python) and a launch of the scale kernel with factor 1 (a copy)."""
-    from autograde_helpers import second_opinion
-
-    assignment = "06_triton_warmup"
-    notebook = _warmup_submission()
-    cell = next(c for c in notebook.cells if "def scale(" in c.source)
-    assert HONEST_LAUNCH in cell.source
-    copying_launch = "    scale_kernel[(triton.cdiv(n, block),)](answer, out, n, 1.0, BLOCK=block)"
-    cell.source = cell.source.replace(HONEST_LAUNCH, make_answer + "\n" + copying_launch)
-    submission = _student_course(tmp_path, assignment=assignment, notebook=notebook)
-    notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
-    calls = second_opinion.check_calls("check_scale_kernel(scale)\n")
-    spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
-    return second_opinion.run_runner(submission, spec, budget=400)["t"]
-
-
-@needs_bwrap
-@pytest.mark.parametrize("how", sorted(COPIED_ANSWERS))
-def test_an_answer_made_in_python_and_copied_by_a_kernel_is_caught(tmp_path, how):
-    verdict = _clean_run_of_a_copied_answer(tmp_path, COPIED_ANSWERS[how])
-    assert verdict["passed"] is False, verdict
-    assert verdict["message"] == "", "the check itself passes it: only the clean run's watch can tell"
-    assert any("read the values of a tensor the check gave its launcher" in f for f in verdict["flags"]), verdict
-
-
-PRINTED_ANSWER = """\
-    torch.set_printoptions(precision=10, threshold=1_000_000, linewidth=1_000_000)
-    text = repr(x).removeprefix("tensor([").split("]")[0]
-    answer = torch.tensor([float(v) * factor for v in text.split(",")], dtype=x.dtype)"""
-
-
-@needs_bwrap
-def test_an_answer_read_back_from_printed_text_fails_the_clean_run(tmp_path):
-    """The one read the watch allows (printing, for debug prints) prints a placeholder there."""
-    verdict = _clean_run_of_a_copied_answer(tmp_path, PRINTED_ANSWER)
-    assert verdict["passed"] is False, verdict
-    assert "ValueError" in verdict["message"], verdict  # the placeholder is no list of numbers
+        assert "never written" in verdict["message"], verdict
 
 
 # --- sandbox leftovers when a grader or its kernel is killed (issue 12 e) ------------------------

@@ -31,12 +31,15 @@ class Capability:
 
     @property
     def kind(self) -> str:
+        if self.info.kernel:  # a @triton.jit kernel, judged from its text
+            return "kernel"
         return "class" if inspect.isclass(self.right) else "function"
 
     @property
     def call(self) -> tuple:
         """Placeholder arguments for the solution's required positional parameters."""
-        return (tuple(object() for _ in _required_positional(self.right)), {})
+        right = self.right.fn if self.kind == "kernel" else self.right
+        return (tuple(object() for _ in _required_positional(right)), {})
 
     def run_check(self, candidate: object) -> None:
         partners = [solution(notebook, name) for notebook, name in self.info.partners]
@@ -55,8 +58,16 @@ def _required_positional(candidate: object) -> list[inspect.Parameter]:
 CAPABILITIES = [Capability(info) for info in checks.REGISTRY.values()]
 
 
+def _is_kernel(value: object) -> bool:
+    """A @triton.jit function (interpreted or compiled)."""
+    return type(value).__name__ in ("JITFunction", "InterpretedFunction") and inspect.isfunction(
+        getattr(value, "fn", None)
+    )
+
+
 def package_definitions() -> list[tuple[str, object]]:
-    """(qualified name, object) of every function and class defined in a paged_helpers module."""
+    """(qualified name, object) of every function, class and @triton.jit kernel defined in a
+    paged_helpers module."""
     found = []
     modules = [paged_helpers.__name__] + [
         info.name
@@ -68,11 +79,15 @@ def package_definitions() -> list[tuple[str, object]]:
         for attribute, value in vars(module).items():
             if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == name:
                 found.append((f"{name}.{attribute}", value))
+            elif _is_kernel(value) and value.fn.__module__ == name:
+                found.append((f"{name}.{attribute}", value))
     return found
 
 
 def accepts(candidate: object, kind: str, call: tuple) -> bool:
     """True if ``candidate`` is of the right kind and its signature binds the check's call."""
+    if kind == "kernel":
+        return _is_kernel(candidate) and len(_required_positional(candidate.fn)) == len(call[0])
     if kind == "class" and not inspect.isclass(candidate):
         return False
     if kind == "function" and not inspect.isfunction(candidate):

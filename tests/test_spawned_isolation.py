@@ -1,14 +1,14 @@
-"""On a GPU the kernel checks run the learner's launcher in a spawned child (``checks.spawned``).
+"""On a GPU the launcher checks run the learner's launcher in a spawned child (``running.spawned``).
 
 The mechanism does not need a GPU: inside ``spawned.session()`` the checks use the spawned
 child on the CPU too (it runs Triton's interpreter there), so the path a GPU takes is tested
-here: right kernels pass, a crash and a hang become messages, and this process survives.
+here: right launchers pass, a bug, a crash and a hang become messages, and this process survives.
 """
 
 from __future__ import annotations
 
 import pytest
-from test_checks_kernels import DECODE, PREFILL, message_of, variant
+from test_checks_kernels import DECODE, PREFILL, launcher_variant, message_of
 
 from paged_helpers.checks import check_paged_decode, check_paged_prefill
 from paged_helpers.checks.kernels import attention as kernel_checks
@@ -17,27 +17,22 @@ from paged_helpers.running import spawned
 from conftest import solution
 
 
-def test_right_kernels_pass_through_the_spawned_child(capfd):
+def test_right_launchers_pass_through_the_spawned_child(capfd):
     with spawned.session():
         check_paged_decode(solution(DECODE, "paged_decode_attention"))
     out, err = capfd.readouterr()
-    assert "check_paged_decode: passed" in out
+    assert "check_paged_decode: 4 scenarios passed" in out
     assert err == ""
 
 
 def test_a_bug_is_named_through_the_spawned_child(tmp_path):
-    wrong = variant(
-        tmp_path,
-        PREFILL,
-        "paged_prefill_attention",
-        ("kvh = h // group\n", "kvh = h\n"),
-    )
+    wrong = launcher_variant(tmp_path, PREFILL, "paged_prefill_attention", ("kvh = h // group\n", "kvh = h\n"))
     with spawned.session():
         assert "query head h read KV head h." in message_of(check_paged_prefill, wrong)
 
 
 def test_a_crash_in_the_spawned_child_is_a_message(tmp_path):
-    wild = variant(
+    wild = launcher_variant(
         tmp_path,
         DECODE,
         "paged_decode_attention",
@@ -49,12 +44,12 @@ def test_a_crash_in_the_spawned_child_is_a_message(tmp_path):
     )
     with spawned.session():
         message = message_of(check_paged_decode, wild)
-    assert "your kernel crashed the process" in message
+    assert "the process died" in message
 
 
 def test_a_hang_in_the_spawned_child_is_a_message(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_checks, "GPU_TIME_LIMIT_S", 3.0)
-    stuck = variant(
+    stuck = launcher_variant(
         tmp_path,
         DECODE,
         "paged_decode_attention",
@@ -68,7 +63,7 @@ def test_a_hang_in_the_spawned_child_is_a_message(tmp_path, monkeypatch):
     )
     with spawned.session():
         message = message_of(check_paged_decode, stuck)
-    assert "did not finish within" in message
+    assert "to return within 3 s" in message
 
 
 def test_calling_without_a_session_is_refused():

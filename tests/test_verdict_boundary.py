@@ -386,3 +386,32 @@ def test_reseeding_random_from_a_class_body_leaves_the_hidden_scenarios_secret(t
     honest = insert_cell_after(instructor("02_block_allocator"), "block_allocator", RESEED_ZERO)
     verdict = _clean_run(tmp_path / "honest", honest, "02_block_allocator", ALLOCATOR_TEST)
     assert verdict["passed"] is True, verdict
+
+
+@needs_bwrap
+def test_the_checkers_kernel_process_runs_in_a_sandbox_that_holds_no_course_file(monkeypatch):
+    """When grading, the learner's kernel runs in a process of the checker's inside bubblewrap: the
+    course's files (its sources, the grader's key and gradebook) are not there, and a launch works."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    from paged_helpers.running.kernel_process import PREFIX_VARIABLE, KernelProcess
+    from paged_helpers.running.learner_kernel import LearnerKernel
+
+    from autograde_helpers import sandbox
+    from conftest import NOTEBOOKS, ROOT
+
+    prefix = sandbox.kernel_process_prefix()
+    peek = f"import os; print(os.listdir({str(ROOT / 'autograde')!r}))"
+    assert subprocess.run([*prefix, sys.executable, "-c", peek], capture_output=True).returncode != 0
+    assert subprocess.run([*prefix, sys.executable, "-c", "print('ok')"], capture_output=True).stdout == b"ok\n"
+    monkeypatch.setenv(PREFIX_VARIABLE, json.dumps(prefix))
+    module = LearnerKernel.from_notebook(NOTEBOOKS / "06_triton_warmup.ipynb", "scale_kernel").module()
+    x, out = torch.arange(10, dtype=torch.float32), torch.zeros(10)
+    with KernelProcess(module) as process:
+        answer = process.launch("scale_kernel", (2,), [x, out, 10, 2.0, 8], writable={1}, cpu_budget=60)
+    assert answer.ok, answer
+    assert out.tolist() == (2 * x).tolist()

@@ -79,7 +79,6 @@ class LearnerZygote:
             self.process.stdin.fileno(),
             serves="calls",
             make_proxy=Remote,
-            notebook=request["notebook"],  # read here as text: the kernels the GPU compile compiles
         )
         peer.buffer, peer.deadline = self.buffer, deadline
         return peer, peer._receive()

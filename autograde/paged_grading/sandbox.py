@@ -273,6 +273,45 @@ def bwrap_args(
     return args
 
 
+def kernel_process_prefix() -> list[str]:
+    """The bubblewrap command line for the checker's kernel process (``paged_helpers.running.
+    kernel_process``): it runs a learner's validated Triton module on inputs it is sent, so it sees
+    no course file at all (no submission, gradebook, key or source), only the system, the
+    interpreter and the package; no network; an empty, read-only root but for its own /tmp."""
+    args = [
+        require_bwrap(),
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/etc", "/etc",
+    ]  # fmt: skip
+    for name in ("bin", "sbin", "lib", "lib64", "lib32"):
+        link = Path("/") / name
+        if link.is_symlink():
+            args += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            args += ["--ro-bind", str(link), str(link)]
+    args += ["--size", str(Limits().tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    for path in [*python_runtime_dirs(), installed_package_dir()]:
+        args += _ro(path)
+    args += _environment_args()
+    args += [
+        "--setenv", "HOME", "/tmp/home",
+        "--setenv", "TRITON_CACHE_DIR", "/tmp/home/.triton",
+        "--setenv", "OMP_NUM_THREADS", "1",
+        "--chdir", "/tmp",
+        "--remount-ro", "/",
+        "--",
+    ]  # fmt: skip
+    return args
+
+
 # What of the student's submitted folder is copied into the kernel's scratch (nbgrader would have
 # copied all of it into the real autograded folder): regular files only, never a notebook.
 SCRATCH_COPY_MAX_FILES = 64

@@ -187,6 +187,15 @@ def _checker() -> list[str]:
     return [sys.executable, str(RUNNER)]
 
 
+def _checker_environment() -> dict[str, str]:
+    """The checker's environment: the grader's, and, unless grading is unsafe, the sandbox its kernel
+    processes run in (``sandbox.kernel_process_prefix``: the learner's kernels run there, not here)."""
+    environment = dict(os.environ)
+    if not sandbox.sandbox_disabled():
+        environment["PAGED_HELPERS_KERNEL_PREFIX"] = json.dumps(sandbox.kernel_process_prefix())
+    return environment
+
+
 class RunnerJob:
     """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
 
@@ -202,6 +211,7 @@ class RunnerJob:
         self.process = subprocess.Popen(
             [*_checker(), str(self.spec_path)],
             cwd=submission.scratch,
+            env=_checker_environment(),
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
             stderr=subprocess.DEVNULL,
@@ -252,6 +262,7 @@ class StudentRunner:
         self.process = subprocess.Popen(
             [*_checker(), "--serve"],
             cwd=submission.scratch,
+            env=_checker_environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

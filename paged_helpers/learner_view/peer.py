@@ -198,9 +198,7 @@ class Peer:
     (``learner_view.remote.Remote``). ``namespace`` (the learner's end only) holds the names a
     ``global`` request may ask for. ``flags`` collects what the other end reported (the learner's
     process reports its audit watch's findings with every message); ``deadline`` (monotonic
-    seconds, or None) bounds every wait. ``notebook`` (the checking end only) is the path of the
-    notebook whose definitions the other end loaded, which this end reads as text (the GPU
-    compile takes the kernels' source from it, ``calls.compile_for_gpu``).
+    seconds, or None) bounds every wait.
     """
 
     def __init__(
@@ -212,13 +210,11 @@ class Peer:
         make_proxy: Callable[[Peer, dict], Any],
         namespace: dict | None = None,
         pending_flags: Callable[[], list[str]] | None = None,
-        notebook: str | None = None,
     ):
         assert serves in ("all", "calls")
         self.read_fd, self.write_fd, self.serves = read_fd, write_fd, serves
         self.make_proxy, self.namespace = make_proxy, namespace or {}
         self.pending_flags = pending_flags or (lambda: [])
-        self.notebook = notebook
         self.objects: dict[int, Any] = {}  # id -> an object of this end the other holds
         self.proxies: dict[int, Any] = {}  # id -> the stand-in of an object of the other end
         # Exceptions this end raised while serving, by number: one that comes back through the other

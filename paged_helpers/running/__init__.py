@@ -1,12 +1,14 @@
-"""Running the learner's code apart: child processes, the launch watcher, the GPU compile.
+"""Running the learner's code apart: child processes, the checker's kernel process, the GPU compile.
 
-* ``isolated``: one call in a forked child (a segfault or a hang becomes an ``Outcome``);
-* ``spawned``: on a GPU, calls in one spawned child that owns its CUDA context;
-* ``launch_watch``: what a launcher did while it ran (launches, the tensors they wrote, guard bands);
-* ``guard_bands``, ``launcher_reads``: the launch watcher's two instruments;
-* ``gpu_compile`` (with ``_gpu_compile_worker``): the learner's kernels compiled for CUDA targets;
-* ``kernel_source``: a kernel module validated before a compile runs any of it, and, when grading,
-  read from the notebook as text;
+* ``learner_kernel``: where a kernel check finds the learner's kernel, always as text (the cells a
+  Jupyter kernel ran, or the notebook when grading);
+* ``kernel_source``: a kernel module validated before anything loads or compiles it (the rules
+  of a kernel cell);
+* ``kernel_process`` (with ``_kernel_worker``): the checker launches a kernel itself, in a fresh
+  process that holds only the module and the inputs it is sent, every access checked;
+* ``isolated``: one call of a launcher in a forked child (a segfault or a hang becomes an ``Outcome``);
+* ``spawned``: on a GPU, launcher calls in one spawned child that owns its CUDA context;
+* ``gpu_compile`` (with ``_gpu_compile_worker``): kernels compiled for CUDA targets without a GPU;
 * ``graded``: whether this is a graded run.
 
 This layer knows nothing of scenarios, expected values or verdicts (``paged_helpers.checks``), and

@@ -36,24 +36,12 @@ import sys
 import tempfile
 import traceback
 
-MODE = sys.argv[1] if len(sys.argv) > 1 else "interpreted"
-if MODE == "interpreted":
-    os.environ["TRITON_INTERPRET"] = "1"  # before the first import of triton
-else:
-    os.environ.pop("TRITON_INTERPRET", None)
+import numpy as np
+import torch  # torch never imports triton: the mode can still be chosen in main()
 
-# The protocol's own descriptors; fd 1 and 2 then go to a file, so nothing printed (by the
-# kernel, numpy or Triton) can garble a frame.
-_IN = os.fdopen(os.dup(0), "rb", buffering=0)
-_OUT = os.fdopen(os.dup(1), "wb", buffering=0)
-_PRINTED = tempfile.TemporaryFile()
-os.dup2(_PRINTED.fileno(), 1)
-os.dup2(_PRINTED.fileno(), 2)
-sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
-sys.stderr = sys.stdout
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+# Set by main(), never on import (a test that imports every module of the package imports this one).
+MODE = "interpreted"
+_IN = _OUT = _PRINTED = None
 
 _DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
@@ -112,7 +100,7 @@ class _Regions:
             after = int(np.clip(stray + width - end, 0, None).max())
             distance = max(before, after)
             if best is None or distance < best[0]:
-                side = "past its end" if after >= before else "before its start"
+                side = "past the end" if after >= before else "before the start"
                 best = (distance, name, side)
         distance, name, side = best
         return {"near": name, "side": side, "elements": -(-distance // max(width, 1))}
@@ -322,7 +310,26 @@ def _launch(header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
     return {"ok": True, "printed": _printed()}, out
 
 
-def main() -> int:
+def _set_up(mode: str) -> None:
+    """The mode (before the first import of triton), and the protocol's own descriptors: fd 1 and 2
+    then go to a file, so nothing printed (by the kernel, numpy or Triton) can garble a frame."""
+    global MODE, _IN, _OUT, _PRINTED
+    MODE = mode
+    if mode == "interpreted":
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    _IN = os.fdopen(os.dup(0), "rb", buffering=0)
+    _OUT = os.fdopen(os.dup(1), "wb", buffering=0)
+    _PRINTED = tempfile.TemporaryFile()
+    os.dup2(_PRINTED.fileno(), 1)
+    os.dup2(_PRINTED.fileno(), 2)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
+    sys.stderr = sys.stdout
+
+
+def main(argv: list[str]) -> int:
+    _set_up(argv[1] if len(argv) > 1 else "interpreted")
     if MODE == "interpreted":
         _watch_memory()
     while True:
@@ -350,4 +357,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv))

@@ -5,18 +5,17 @@ dimension is under the tensor cores' minimum, for example, passes every CPU chec
 the first GPU. Triton can compile for a GPU without one (its bundled ptxas builds the cubin), so
 the kernel checks also compile the learner's kernels for sm_80 (A100) and sm_90 (H100, H200):
 
-1. **capture**: the learner's launcher is called on inputs of the shapes the GPU path uses, with
-   every ``kernel[grid](...)`` recorded instead of run (in a forked child, like every learner
-   call; see ``isolated``). A record holds the kernel's source, with the globals it uses, and
-   its arguments as types (a tensor becomes a pointer to its dtype) and values;
+1. **describe**: a ``Launch`` names the kernel, its module's source and its arguments as types (a
+   tensor becomes a pointer to its dtype) and values. The kernel checks describe the launches
+   they state themselves (``checks.kernels.launching.gpu_launch``), on the module they read from
+   the notebook's text; ``capture_launches`` records what a launcher would launch, for the
+   benchmark and the course's own tests;
 2. **compile**: a separate Python process without ``TRITON_INTERPRET`` (one process can't be
    both) binds those arguments with Triton's own binder and compiles (``_gpu_compile_worker``).
    Compiling runs a kernel module's Python (its top level, decorators, defaults, and calls in the
    body that are not Triton's), so only a module ``kernel_source`` accepted is ever sent there;
-   when grading, the kernels' source is read from the notebook as text by the grader
-   (``kernel_source.kernel_module_from_notebook``), not taken from the learner's process;
 3. **explain**: a compile error becomes a learner's message; registers and spills come back
-   as facts, and spills are printed as advice (a slow kernel is not a wrong one).
+   as facts. Running out of time is no verdict (``timed_out``): the machine, not the kernel.
 
 Results are cached per (Triton version, kernel source, arguments, target), in this process and,
 except in a graded run, on disk (``~/.cache/paged_helpers/gpu_compile``, one small JSON each), so

@@ -606,10 +606,17 @@ def kernel_module_from_cells(
         line += count + 1
     source = "\n\n".join(pieces) + "\n"
 
+    defines: dict[_Statement, str] = {}  # the first name each statement binds: how a learner finds its cell
+    for bound, statement in chosen.items():
+        defines.setdefault(statement, bound)
+
     def where(number: int) -> str:
         for start, statement in reversed(origins):
             if number >= start:
-                return f"{origin}, {cell_word} {statement.cell}, line {statement.first_line + number - start}"
+                return (
+                    f"{origin}, {cell_word} {statement.cell} (the cell defining {defines[statement]}), "
+                    f"line {statement.first_line + number - start}"
+                )
         return origin
 
     module = KernelModule(source, where)

@@ -7,22 +7,22 @@ later cell of the notebook would fail. A hang has no time limit. So on a GPU a c
 initialises CUDA on its own), which serves the check's calls one by one:
 
 * the launcher crosses as source (``gpu_compile.bundle_source``: the launcher, its kernels and
-  what they read), since functions defined in a notebook can't be pickled; the wrapper (which
-  counts launches and guards allocations) crosses by its import path; tensors cross on the CPU
-  and go to the child's GPU there;
+  what they read), since functions defined in a notebook can't be pickled; tensors cross on the
+  CPU and go to the child's GPU there;
 * the child's stdout and stderr go to a file, returned with each answer (never the notebook's
   stderr);
 * a child that dies (a fault) or does not answer in time (a hang) is killed and reported as
   "crashed" or "timed out"; the next call starts a fresh one.
 
-Outside a session, or where there is no GPU, ``call`` is not used (see ``kernels``).
+Outside a session, or where there is no GPU, ``call`` is not used (see ``checks.kernels.attention``:
+the launcher checks). A kernel check never runs the learner's launcher: it launches the kernel
+itself (``kernel_process``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib
 import multiprocessing
 import os
 import sys
@@ -108,10 +108,9 @@ def _serve(connection) -> None:
             os.dup2(printed.fileno(), 2)
             sys.stdout = sys.stderr = open(printed.fileno(), "w", buffering=1, closefd=False)  # noqa: SIM115
             launcher = _launcher(request, modules)
-            wrapper = _import(request["wrapper"]) if request["wrapper"] else (lambda function: function)
             device = paged_helpers.DEVICE
             args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in request["args"])
-            outcome = _run_in_this_process(wrapper(launcher), args)
+            outcome = _run_in_this_process(launcher, args)
             if outcome.kind == "returned":
                 if device.type == "cuda":
                     torch.cuda.synchronize()  # a fault surfaces here, inside the child
@@ -138,11 +137,6 @@ def _launcher(request: dict, modules: dict) -> Callable:
     return getattr(modules[key], request["name"])
 
 
-def _import(path: str) -> Callable:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 @contextlib.contextmanager
 def session() -> Iterator[None]:
     """Within the block, ``call`` runs launchers in one spawned child (started on first use)."""
@@ -159,8 +153,8 @@ def active() -> bool:
     return _SESSION.get() is not None
 
 
-def call(launcher: Callable, args: tuple, time_limit: float, wrapper: str = "") -> Outcome:
-    """Run ``wrapper(launcher)(*args)`` in the session's child (``wrapper``: "module:function" or "")."""
+def call(launcher: Callable, args: tuple, time_limit: float) -> Outcome:
+    """Run ``launcher(*args)`` in the session's child."""
     import torch
 
     from .gpu_compile import bundle_source
@@ -175,7 +169,6 @@ def call(launcher: Callable, args: tuple, time_limit: float, wrapper: str = "") 
     request = {
         "source": source,
         "name": launcher.__name__,
-        "wrapper": wrapper,
         "args": tuple(a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args),
     }
     return child.ask(request, time_limit)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from ...device import DEVICE, INFO
-from ...learner_view.calls import run_watched
+from ...learner_view.calls import run_apart
 from ...learner_view.remote import is_remote
 from ...reference import paged_decode_reference, paged_prefill_reference
 from ...running import spawned
@@ -235,6 +235,11 @@ def _dtype_hint(dtype: torch.dtype) -> str:
 
 # --------------------------------------------------------------------------- the kernels
 
+_PAGED_ADDRESSES = (
+    "In a paged kernel a key's address is block * s_pool_block + kv_head * s_pool_head + slot * s_pool_slot + "
+    "dim, with the block read from this sequence's row of the table."
+)
+
 _DECODE_HINT = (
     "Compare your kernel with the reference on this scenario alone. Check, in order: the physical block "
     "from the table, the key/value addresses (block * s_pool_block + kv_head * s_pool_head + slot * "
@@ -279,7 +284,12 @@ def check_paged_decode_kernel(paged_decode_kernel: object, seed: int = 0) -> Non
             out = torch.full_like(inputs.q, UNWRITTEN)
             batch, heads, _ = inputs.q.shape
             kernel.launch(
-                scenario, (batch, heads), _decode_args(inputs, out), writable={5}, iterations=_decode_iterations(inputs)
+                scenario,
+                (batch, heads),
+                _decode_args(inputs, out),
+                writable={5},
+                iterations=_decode_iterations(inputs),
+                stray_hint=_PAGED_ADDRESSES,
             )
             got = out.double().cpu()
             expected = paged_decode_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
@@ -348,6 +358,7 @@ def check_paged_prefill_kernel(paged_prefill_kernel: object, seed: int = 0) -> N
                 _prefill_args(inputs, out, PREFILL_TILE),
                 writable={4},
                 iterations=grid[0] * grid[1] * blocks,
+                stray_hint=_PAGED_ADDRESSES,
             )
             got = out.double().cpu()
             expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
@@ -379,12 +390,16 @@ def _learner_process() -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+def _time_limit(launcher: Callable) -> float:
+    return GPU_TIME_LIMIT_S if spawned.active() and not is_remote(launcher) else TIME_LIMIT_S
+
+
 def _call(launcher: Callable, args: tuple) -> Outcome:
     """The launcher's call in a child process: spawned on a GPU (inside ``_learner_process``),
     forked under the interpreter, or in the learner's own process when grading."""
     if spawned.active() and not is_remote(launcher):
-        return spawned.call(launcher, args, GPU_TIME_LIMIT_S)
-    return run_watched("plain", launcher, args, TIME_LIMIT_S)
+        return spawned.call(launcher, args, _time_limit(launcher))
+    return run_apart(launcher, args, _time_limit(launcher))
 
 
 def _last_lines(text: str, count: int = 15) -> str:
@@ -415,7 +430,7 @@ def _launcher_result(what: str, launcher: Callable, args: tuple, scenario: str) 
     if outcome.kind == "timed out":
         fail(
             scenario,
-            f"{what} to return within {TIME_LIMIT_S:g} s (this scenario needs well under a second)",
+            f"{what} to return within {_time_limit(launcher):g} s (this scenario needs well under a second)",
             "it did not",
             "look for a loop that never ends, in the launcher or in the kernel" + printed,
         )

@@ -26,10 +26,10 @@ from ...running.gpu_compile import TARGETS, CompileResult, Launch, compile_launc
 from ...running.kernel_process import KernelAnswer, KernelProcess
 from ...running.kernel_source import KERNEL_CELL_RULES, KernelModule, KernelSourceRefused
 from ...running.learner_kernel import KernelUnfinished, learner_kernel
-from ..speaking.failure import NotImplementedYet, NoVerdict, fail
+from ..speaking.failure import CheckFailed, NotImplementedYet, NoVerdict, fail, four_parts
 from ..speaking.report import count_call
 
-__all__ = ["KernelUnderTest", "Parameter", "cpu_budget", "gpu_launch", "tensor_argument"]
+__all__ = ["KernelLaunchFailed", "KernelUnderTest", "Parameter", "cpu_budget", "gpu_launch", "tensor_argument"]
 
 # CPU seconds a launch may use: a fixed part (the interpreter's start on a first launch) and a
 # part per program-iteration (about 3 ms each in the interpreter; a correct kernel ten times
@@ -40,6 +40,15 @@ _BUDGET_FIXED_S, _BUDGET_PER_ITERATION_S = 20.0, 0.05
 
 def cpu_budget(program_iterations: int) -> float:
     return _BUDGET_FIXED_S + _BUDGET_PER_ITERATION_S * program_iterations
+
+
+class KernelLaunchFailed(CheckFailed):
+    """A launch the check made did not run to its end: ``answer`` says how (its ``kind``, and for a
+    stray access its ``access``), so a check can look closer before it speaks."""
+
+    def __init__(self, message: str, answer: KernelAnswer):
+        super().__init__(message)
+        self.answer = answer
 
 
 @dataclass(frozen=True)
@@ -122,17 +131,26 @@ class KernelUnderTest:
     # -- launches -------------------------------------------------------------------------------
 
     def launch(
-        self, scenario: str, grid: Sequence[int], args: Sequence[object], *, writable: set[int], iterations: int
+        self,
+        scenario: str,
+        grid: Sequence[int],
+        args: Sequence[object],
+        *,
+        writable: set[int],
+        iterations: int,
+        stray_hint: str = "",
     ) -> None:
-        """Launch the kernel on the check's own tensors; any failure becomes the scenario's message.
-        ``iterations``: program-iterations the scenario needs (its CPU budget's measure)."""
+        """Launch the kernel on the check's own tensors; any failure raises ``KernelLaunchFailed`` with
+        the scenario's message. ``iterations``: program-iterations the scenario needs (its CPU
+        budget's measure); ``stray_hint``: what this kernel's addresses are built from, for the hint
+        of a stray access."""
         count_call(scenario)
         options = {"num_warps": 4}
         answer = self.process.launch(
             self.name, grid, args, writable=writable, cpu_budget=cpu_budget(iterations), options=options
         )
         if not answer.ok:
-            self._speak(scenario, answer, "the kernel runs to its end")
+            self._speak(scenario, answer, "the kernel runs to its end", stray_hint)
 
     def _where(self, answer: KernelAnswer) -> str:
         if not answer.lines:
@@ -140,7 +158,7 @@ class KernelUnderTest:
         line, text = answer.lines[-1]
         return f" at {self.module.where(line)}: `{text}`"
 
-    def _speak(self, scenario: str, answer: KernelAnswer, expected: str) -> None:
+    def _speak(self, scenario: str, answer: KernelAnswer, expected: str, stray_hint: str = "") -> None:
         printed = ""
         if answer.printed.strip():
             printed = f"\n  what your kernel printed (last lines):\n{_last_lines(answer.printed)}"
@@ -150,30 +168,34 @@ class KernelUnderTest:
                 "nothing about your kernel. Run the check again."
             )
         if answer.kind == "over budget":
-            fail(
-                scenario,
+            parts = (
                 "the kernel to finish within its budget of work (many times what the scenario needs)",
                 "it was still running when the budget was spent",
-                "look for a loop that never ends, or a loop over far more blocks than the sequence has (its bound "
-                "is the number of blocks holding its tokens)" + printed,
+                "look for a loop that never ends, or a loop over far more iterations than the data has (its "
+                "bound comes from the sizes the kernel is handed)",
             )
-        if answer.kind == "crashed":
-            fail(
-                scenario,
+        elif answer.kind == "crashed":
+            parts = (
                 expected,
                 f"the kernel's process died ({answer.signal_name})",
                 "the check ran your kernel in a process of its own, so this notebook is still alive; look for an "
-                "address built from a wrong block number or stride" + printed,
+                "address built from a wrong offset or stride",
             )
-        if answer.kind == "out of bounds":
-            fail(scenario, "every load and store inside the tensors the kernel was given", self._stray(answer),
-                 _STRAY_HINT + printed)  # fmt: skip
-        fail(
-            scenario,
-            expected,
-            f"{answer.error_type}: {answer.message.splitlines()[0] if answer.message else ''}{self._where(answer)}",
-            "read the error and the line it names" + printed,
-        )
+        elif answer.kind == "out of bounds":
+            parts = (
+                "every load and store inside the tensors the kernel was given",
+                self._stray(answer),
+                _STRAY_HINT + (f" {stray_hint}" if stray_hint else ""),
+            )
+        else:
+            first = answer.message.splitlines()[0] if answer.message else ""
+            parts = (
+                expected,
+                f"{answer.error_type}: {first}{self._where(answer)}",
+                "read the error and the line it names",
+            )
+        message = four_parts(scenario, *parts[:2], parts[2] + printed)
+        raise KernelLaunchFailed(message, answer)
 
     def _stray(self, answer: KernelAnswer) -> str:
         facts = answer.access
@@ -246,7 +268,7 @@ _STRAY_HINT = (
     "mask every load and store whose addresses can leave the data: rows past the last one, positions past the "
     "length, lanes of a tile past the end. Here the check stopped the access before it happened; on a GPU it "
     "reads garbage or faults, and in Triton's interpreter it can crash Python. If no mask is missing, check "
-    "the address itself: the block number from the table and the strides the kernel was handed."
+    "the address itself: the offsets and strides it is built from."
 )
 
 

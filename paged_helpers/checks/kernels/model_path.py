@@ -39,7 +39,7 @@ import torch
 
 from ...checkpoint import tiny_qwen3
 from ...device import DEVICE
-from ...learner_view.calls import run_watched
+from ...learner_view.calls import run_apart
 from ...learner_view.remote import is_remote
 from ...model import PagedAttention
 from ...reference import paged_decode_reference, paged_prefill_reference
@@ -141,7 +141,16 @@ class _Kernels:
         if is_remote(launcher):  # graded: it runs in the learner's process, in a child of its own there
             out = _run_remote(what, launcher, args, self.scenario)
         else:
-            out = call_learner(what, launcher, *args, scenario=self.scenario)
+            with _reference_calls() as counted:
+                out = call_learner(what, launcher, *args, scenario=self.scenario)
+            if counted["calls"]:
+                fail(
+                    f"{self.scenario}: {what} in the model",
+                    "attention computed by your Triton kernel, reading the pool in place",
+                    "a call of the gather-then-attend reference (paged_helpers.reference)",
+                    "the point of the kernel path is that nothing gathers: launch your kernel instead (when "
+                    "graded, the reference is not there at all)",
+                )
         if isinstance(out, torch.Tensor):
             with torch_unhooked():
                 self.calls.append(_Call(kind, self._layer(args[1]), inputs, out.detach().clone(), pools))
@@ -150,7 +159,7 @@ class _Kernels:
 
 def _run_remote(what: str, launcher: Any, args: tuple, scenario: str) -> Any:
     """One launcher call in the learner's process, in a child there (a crash becomes a message)."""
-    outcome = run_watched("plain", launcher, args, TIME_LIMIT_S)
+    outcome = run_apart(launcher, args, TIME_LIMIT_S)
     if outcome.not_implemented:
         raise NotImplementedYet(f"not implemented yet: {what} raised NotImplementedError.")
     if outcome.kind != "returned":
@@ -162,6 +171,27 @@ def _run_remote(what: str, launcher: Any, args: tuple, scenario: str) -> Any:
             "the lines of your launcher and kernel named in the message show where it happened",
         )
     return refuse_odd_value(outcome.value, f"what {what} returned", scenario)
+
+
+class _reference_calls:  # noqa: N801 (a context manager used like a function)
+    """Counts calls of the gather reference in this process (the lab's: when grading, the learner's
+    process has no reference to call, so a launcher that calls it fails there the same way)."""
+
+    def __enter__(self) -> dict[str, int]:
+        from ...reference import attention
+
+        self.counted, self._attention, self._gather = {"calls": 0}, attention, attention.gather_history
+        counted, gather = self.counted, self._gather
+
+        def counting_gather(*args, **kwargs):
+            counted["calls"] += 1
+            return gather(*args, **kwargs)
+
+        attention.gather_history = counting_gather
+        return self.counted
+
+    def __exit__(self, *exc: object) -> None:
+        self._attention.gather_history = self._gather
 
 
 # -- naming the kernel's mistake from the calls of a failing step ------------------------------------

@@ -1,160 +1,97 @@
 """Checks for notebook 06, the Triton warm-up: five small kernels before the paged one.
 
-Each puzzle gives the learner a launcher and asks for its kernel. The check calls the launcher
-on seeded inputs that sit inside larger buffers:
+Each puzzle gives the learner a launcher and asks for its kernel; the check judges the kernel
+alone and never calls the launcher. It reads the kernel from the notebook's cells as text,
+loads it in a process of its own and launches it itself (``launching.KernelUnderTest``), with
+the grid and the arguments the notebook states, on seeded tensors of its own:
 
-* around every input, ``GUARD`` elements of poison (NaN, or a huge value where a reduction would
-  hide NaN), and in 2-D inputs a few poisoned columns past each row (the row stride is larger
-  than the row), so a load that is not masked, or a wrong stride, changes the answer;
-* around every output, ``GUARD`` elements of a sentinel that must still be there afterwards, so a
-  store that is not masked is caught by its footprint, not by the luck of a crash.
+* every tensor is its own storage, so under Triton's interpreter a load or store that leaves
+  it (an unmasked lane past the end of ``x`` or ``out``) is stopped before it happens and named,
+  with the tensor and the kernel's line;
+* where a kernel should never look there is poison: the padding columns past each row of a
+  strided 2-D input (NaN, or a huge value where a max would hide NaN) and the stale slots past a
+  sequence's length in a pool (NaN), so a load that is not masked, or a wrong stride, changes
+  the answer on a GPU as well;
+* every output starts filled with ``UNWRITTEN``, so an element no program stored is seen.
 
-With Triton's interpreter the launcher runs in a forked child (see ``isolated``): a segfault or a
-hang becomes a message and the notebook survives. When an answer is wrong, the check recomputes
-the scenario as the classic mistake of that puzzle would (masked lanes loaded as 0 before a max,
-the index table skipped, an online softmax that never rescales its sum) and names the mistake if
-the learner's output matches it. Every scenario is a few dozen program-iterations (about 2.8 ms
-each in the interpreter).
+When an answer is wrong, the check recomputes the scenario as the classic mistake of that
+puzzle would (masked lanes loaded as 0 before a max, the index table skipped, an online
+softmax that never rescales its sum, a pool read with a contiguous pool's strides) and names
+the mistake if the learner's output matches it. Every scenario is a few dozen
+program-iterations (a few ms each in the interpreter).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
-from ...device import DEVICE
-from ...learner_view.calls import run_watched
-from ...running.guard_bands import GUARD, SENTINEL, Guarded
-from ...running.isolated import Outcome
 from ..reading.strict import strict_allclose
-from ..speaking.failure import CheckFailed, NotImplementedYet, fail, refuse
+from ..speaking.failure import fail
 from ..speaking.report import check, run_hidden_scenarios
+from .launching import KernelLaunchFailed, KernelUnderTest, Parameter
 
 __all__ = [
-    "check_scale_kernel",
-    "check_row_max_kernel",
+    "GATHER_ROWS_PARAMETERS",
+    "LOAD_BLOCK_PARAMETERS",
+    "ROW_MAX_PARAMETERS",
+    "SCALE_PARAMETERS",
+    "SOFTMAX_PARAMETERS",
+    "UNWRITTEN",
     "check_gather_rows_kernel",
-    "check_softmax_kernel",
     "check_load_block_kernel",
+    "check_row_max_kernel",
+    "check_scale_kernel",
+    "check_softmax_kernel",
 ]
 
-TIME_LIMIT_S = 15.0
 ATOL = RTOL = 1e-5
 
+# What the check fills an output with before the kernel runs: a value no scenario's answer holds
+# (a whole number: every value of the pool of puzzle 5 ends in .5).
+UNWRITTEN = 1234.0
 
-def _last_lines(text: str, count: int = 12) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return "\n".join("    " + line for line in lines[-count:])
+
+def _parameters(*names: str, constexprs: tuple[str, ...]) -> tuple[Parameter, ...]:
+    return tuple(Parameter(name, constexpr=name in constexprs) for name in names)
 
 
-def _run(what: str, launcher: Callable, args: tuple, outputs: tuple[Guarded, ...], scenario: str) -> tuple:
-    """Run the launcher (isolated under the interpreter); every failure becomes a learner's message.
+# The kernels' signatures, as notebook 06 states them: the check launches with these arguments,
+# positionally (names may differ; number, order and constexprs may not).
+SCALE_PARAMETERS = _parameters("x_ptr", "out_ptr", "n", "factor", "BLOCK", constexprs=("BLOCK",))
+ROW_MAX_PARAMETERS = _parameters("x_ptr", "out_ptr", "cols", "stride_row", "BLOCK", constexprs=("BLOCK",))
+GATHER_ROWS_PARAMETERS = _parameters("table_ptr", "index_ptr", "out_ptr", "D", constexprs=("D",))
+SOFTMAX_PARAMETERS = _parameters("x_ptr", "out_ptr", "cols", "stride_row", "BLOCK", constexprs=("BLOCK",))
+LOAD_BLOCK_PARAMETERS = _parameters(
+    "pool_ptr", "table_ptr", "out_ptr", "length", "logical_block", "head", "s_block", "s_slot", "s_head",
+    "BLOCK", "D", constexprs=("BLOCK", "D"),
+)  # fmt: skip
 
-    Returns the output buffers as they were after the call.
-    """
-    initial = tuple(output.buffer.detach().cpu().clone() for output in outputs)
-    buffers = tuple(output.buffer for output in outputs)
-    outcome: Outcome = run_watched("warmup", launcher, args, TIME_LIMIT_S, buffers)
-    if outcome.not_implemented:
-        raise NotImplementedYet(
-            f"not implemented yet: {what} raised NotImplementedError. Replace `raise NotImplementedError()` "
-            "in the kernel's cell with your code, run that cell, then this check."
-        )
-    if outcome.kind == "crashed":
-        fail(
-            scenario,
-            "the kernel to finish",
-            f"it crashed the process ({outcome.signal_name})",
-            "a load or store without a mask read or wrote far outside a tensor. The check ran your kernel "
-            "in a separate process, so this notebook is still alive.",
-        )
-    if outcome.kind == "timed out":
-        fail(
-            scenario,
-            "the kernel to finish (it needs well under a second)",
-            f"still running after {TIME_LIMIT_S:g} s",
-            "look for a loop whose bound is not the number of tiles (range(0, cols, BLOCK)).",
-        )
-    if outcome.kind == "raised":
-        raise CheckFailed(
-            f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
-            f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}"
-        )
-    _, launches, buffers, first_before, last_after, not_triton = outcome.value
-    buffers = tuple(buffer.cpu() for buffer in buffers)
-    if launches == 0:
-        fail(
-            scenario,
-            "one Triton kernel launch (kernel[grid](...))",
-            "no launch",
-            f"{what} returned without launching the kernel: the answer must come from your kernel.",
-        )
-    if not_triton:
-        refuse(
-            scenario,
-            "a launch of your @triton.jit kernel",
-            "a launch of an object that is not Triton's kernel (its class or its run method is not Triton's)",
-            f"{what} must launch the kernel made by @triton.jit, unchanged: the answer must come from it.",
-        )
-    _require_written_by_the_kernel(scenario, what, initial, buffers, first_before, last_after)
-    return buffers
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _strided(values: torch.Tensor, fill: float, extra_columns: int) -> torch.Tensor:
+    """``values`` [rows, cols] as a view of a wider tensor [rows, cols + extra_columns] (its own
+    storage, nothing after it) whose extra columns hold ``fill``: row r starts at r * stride."""
+    rows, cols = values.shape
+    wide = torch.full((rows, cols + extra_columns), fill, dtype=values.dtype)
+    wide[:, :cols] = values
+    return wide[:, :cols]
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     with torch._C.DisableTorchFunction():
-        a, b = a.cpu(), b.cpu()
         return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-
-
-def _require_written_by_the_kernel(
-    scenario: str,
-    what: str,
-    initial: tuple,
-    buffers: tuple,
-    first_before: tuple | None,
-    last_after: tuple | None,
-) -> None:
-    """Outputs change only during kernel launches: the launcher itself must not write an answer."""
-    if first_before is None or last_after is None:  # a launch object that was never called
-        fail(
-            scenario,
-            "one Triton kernel launch (kernel[grid](...))",
-            "the launch was never run",
-            f"{what} made a launch object but never called it: the answer must come from your kernel.",
-        )
-    for before, start in zip(first_before, initial, strict=True):
-        if not _same_bits(before, start):
-            refuse(
-                scenario,
-                "the output untouched until your kernel runs",
-                "the output had already changed before the kernel was launched",
-                f"{what} wrote the output itself (torch, numpy or Python) before launching the kernel: the "
-                "answer must come from your kernel. Keep the launcher as the notebook gives it.",
-            )
-    for after, final in zip(last_after, buffers, strict=True):
-        if not _same_bits(after, final):
-            refuse(
-                scenario,
-                "the output as your kernel left it",
-                "the output changed after the kernel had finished",
-                f"{what} changed the output after the launch (torch, numpy or Python arithmetic): the answer "
-                "must come from your kernel. Keep the launcher as the notebook gives it.",
-            )
-
-
-def _require_guards_intact(scenario: str, name: str, output: Guarded, after: torch.Tensor, hint: str) -> None:
-    outside = output.outside_writes(after, SENTINEL)
-    if outside:
-        shown = ", ".join(str(i) for i in outside[:6]) + (" ..." if len(outside) > 6 else "")
-        fail(
-            scenario,
-            f"no writes outside `{name}` (shape {tuple(output.shape)})",
-            f"{len(outside)} element(s) written outside it, at offsets {shown} from its first element",
-            hint,
-        )
 
 
 def _describe_worst(got: torch.Tensor, expected: torch.Tensor, axes: tuple[str, ...]) -> str:
@@ -168,56 +105,55 @@ def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
     return strict_allclose(got, expected, atol=ATOL, rtol=RTOL)
 
 
-def _hidden(run_cases: Callable, draw_cases: Callable, launcher: Callable, seed: int) -> str:
+def _unwritten(got: torch.Tensor) -> torch.Tensor:
+    return got == UNWRITTEN
+
+
+def _hidden(run_cases: Callable, draw_cases: Callable, kernel: KernelUnderTest, seed: int) -> str:
     """The hidden scenarios of a puzzle: its own scenario loop on cases drawn from the grader's seed."""
     run_hidden_scenarios(
         {"sizes drawn from the grader's seed": lambda learner, rng: run_cases(learner, draw_cases(rng))},
         seed,
         1,
-        launcher,
+        kernel,
     )
     return "hidden scenarios"
 
 
 # --------------------------------------------------------------------------- puzzle 1: scale
 
-_SCALE_CASES = ((1, 8), (8, 8), (13, 8), (29, 8), (29, 16))  # (n, BLOCK)
+_SCALE_CASES = ((1, 8, 2.5), (8, 8, 2.5), (13, 8, 2.5), (29, 8, 2.5), (29, 16, 2.5))  # (n, BLOCK, factor)
 
 
-@check(notebook="06_triton_warmup", builds="scale")
-def check_scale_kernel(scale: Callable, *, seed: int = 0, hidden: bool = False) -> str:
-    """Puzzle 1: ``scale(x, out, factor, block)`` fills out[i] = factor * x[i] with one program per tile.
+@check(notebook="06_triton_warmup", builds="scale_kernel", kernel=True)
+def check_scale_kernel(scale_kernel: object, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 1: `scale_kernel`, launched by the check with grid (cdiv(n, BLOCK),): out[i] = factor * x[i].
 
-    Lengths: 1, exactly one tile, one tile and a bit, several tiles with a ragged end; hidden: lengths
-    and tile sizes drawn from the grader's seed.
+    Lengths: 1, exactly one tile, one tile and a bit, several tiles with a ragged end; hidden: lengths,
+    tile sizes and factors drawn from the grader's seed.
     """
-    if hidden:
-        return _hidden(_scale_cases, _random_scale_cases, scale, seed)
-    return _scale_cases(scale, _SCALE_CASES)
+    with KernelUnderTest(scale_kernel, "scale_kernel", SCALE_PARAMETERS) as kernel:
+        if hidden:
+            return _hidden(_scale_cases, _random_scale_cases, kernel, seed)
+        return _scale_cases(kernel, _SCALE_CASES)
 
 
 def _random_scale_cases(rng) -> tuple:
     blocks = [rng.choice((4, 8, 16, 32)) for _ in range(3)]
-    return tuple((rng.randint(1, 5 * block - 1), block) for block in blocks)
+    return tuple((rng.randint(1, 5 * block - 1), block, rng.choice((2.5, -0.75, 3.0))) for block in blocks)
 
 
-def _scale_cases(scale: Callable, cases: tuple) -> str:
+def _scale_cases(kernel: KernelUnderTest, cases: tuple) -> str:
     # The values of x: seeded by the cases themselves (hidden cases come from the grader's seed).
     generator = torch.Generator().manual_seed(6 if cases == _SCALE_CASES else hash(cases) & 0x7FFFFFFF)
-    for n, block in cases:
-        scenario = f"scale: n = {n}, BLOCK = {block} ({-(-n // block)} program(s))"
-        x = Guarded.around(torch.randn(n, generator=generator), fill=math.nan)
-        out = Guarded.around(torch.full((n,), SENTINEL), fill=SENTINEL)
-        (after,) = _run("scale", scale, (x.inner, out.inner, 2.5, block), (out,), scenario)
-        _require_guards_intact(
-            scenario,
-            "out",
-            out,
-            after,
-            "the last tile runs past n: store with mask=offsets < n (and load with the same mask).",
-        )
-        got, expected = out.inner_of(after), 2.5 * x.inner.cpu()
-        unwritten = [int(i) for i in torch.nonzero(got == SENTINEL).flatten()]
+    for n, block, factor in cases:
+        programs = _cdiv(n, block)
+        scenario = f"scale: n = {n}, BLOCK = {block}, factor = {factor:g}, grid ({programs},)"
+        x = torch.randn(n, generator=generator)
+        out = torch.full((n,), UNWRITTEN)
+        kernel.launch(scenario, (programs,), [x, out, n, factor, block], writable={1}, iterations=programs)
+        expected = factor * x
+        unwritten = [int(i) for i in torch.nonzero(_unwritten(out)).flatten()]
         if unwritten:
             fail(
                 scenario,
@@ -226,21 +162,22 @@ def _scale_cases(scale: Callable, cases: tuple) -> str:
                 "each program handles its own tile: offsets = pid * BLOCK + tl.arange(0, BLOCK), with "
                 "pid = tl.program_id(0).",
             )
-        if torch.isnan(got).any():
+        if not torch.isfinite(out).all():
             fail(
                 scenario,
                 "finite numbers",
-                f"NaN at element {int(torch.nonzero(torch.isnan(got))[0])}",
-                "the kernel read outside x (the check surrounds x with NaN): load with mask=offsets < n.",
+                f"NaN or inf at element {int(torch.nonzero(~torch.isfinite(out))[0])}",
+                "a lane past n read memory that is not x's: load with mask=offsets < n.",
             )
-        if not _close(got, expected):
-            fail(scenario, "out = factor * x", _describe_worst(got, expected, ("element",)), "multiply by factor.")
-    return f"{len(cases)} lengths, guard bands intact"
+        if not _close(out, expected):
+            fail(scenario, "out = factor * x", _describe_worst(out, expected, ("element",)), "multiply by factor.")
+    return f"{len(cases)} lengths, from one element to several tiles with a ragged end"
 
 
 # --------------------------------------------------------------------------- puzzle 2: row max
 
-_POISON = 1e4  # past each row and around x: a max that sees it was not masked
+_POISON = 1e4  # in the columns past each row: a max that sees it was not masked
+_ROW_PADDING = 3  # columns past each row of x: its row stride is cols + 3
 
 
 def _row_max_inputs(generator: torch.Generator) -> list[tuple[str, torch.Tensor]]:
@@ -253,12 +190,14 @@ def _row_max_inputs(generator: torch.Generator) -> list[tuple[str, torch.Tensor]
     ]
 
 
-@check(notebook="06_triton_warmup", builds="row_max")
-def check_row_max_kernel(row_max: Callable, *, seed: int = 0, hidden: bool = False) -> str:
-    """Puzzle 2: ``row_max(x, out)``: out[r] = max of row r, one program per row, rows strided."""
-    if hidden:
-        return _hidden(_row_max_cases, _random_row_max_inputs, row_max, seed)
-    return _row_max_cases(row_max, _row_max_inputs(torch.Generator().manual_seed(62)))
+@check(notebook="06_triton_warmup", builds="row_max_kernel", kernel=True)
+def check_row_max_kernel(row_max_kernel: object, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 2: `row_max_kernel`, launched by the check with grid (rows,) and BLOCK =
+    next_power_of_2(cols): out[r] = max of row r, rows strided."""
+    with KernelUnderTest(row_max_kernel, "row_max_kernel", ROW_MAX_PARAMETERS) as kernel:
+        if hidden:
+            return _hidden(_row_max_cases, _random_row_max_inputs, kernel, seed)
+        return _row_max_cases(kernel, _row_max_inputs(torch.Generator().manual_seed(62)))
 
 
 def _random_row_max_inputs(rng) -> list[tuple[str, torch.Tensor]]:
@@ -272,57 +211,65 @@ def _random_row_max_inputs(rng) -> list[tuple[str, torch.Tensor]]:
     return cases
 
 
-def _row_max_cases(row_max: Callable, cases: list) -> str:
+def _row_max_cases(kernel: KernelUnderTest, cases: list) -> str:
     for description, values in cases:
-        scenario = f"row_max: {description}, row stride {values.shape[1] + 3}"
-        x = Guarded.around(values, fill=_POISON, extra_columns=3)
-        out = Guarded.around(torch.full((values.shape[0],), SENTINEL), fill=SENTINEL)
-        (after,) = _run("row_max", row_max, (x.inner, out.inner), (out,), scenario)
-        _require_guards_intact(
-            scenario, "out", out, after, "one program per row stores one number: out_ptr + row, nothing else."
-        )
-        got, expected = out.inner_of(after), values.max(dim=1).values
-        if _close(got, expected):
+        rows, cols = values.shape
+        block = _next_power_of_2(cols)
+        x = _strided(values, _POISON, _ROW_PADDING)
+        scenario = f"row_max: {description}, row stride {x.stride(0)}, BLOCK = {block}, grid ({rows},)"
+        out = torch.full((rows,), UNWRITTEN)
+        kernel.launch(scenario, (rows,), [x, out, cols, x.stride(0), block], writable={1}, iterations=rows)
+        expected = values.max(dim=1).values
+        if _close(out, expected):
             continue
-        as_if_zero = torch.cat([values, torch.zeros(values.shape[0], 1)], dim=1).max(dim=1).values
-        if not _close(as_if_zero, expected) and _close(got, as_if_zero):
+        if bool(_unwritten(out).any()):
             fail(
                 scenario,
                 f"row maxima {expected.tolist()}",
-                f"{got.tolist()}: a row of negative numbers came back as 0",
+                f"{out.tolist()}: {int(_unwritten(out).sum())} row(s) never written (they still hold {UNWRITTEN:g})",
+                "program r stores the max of row r at out_ptr + r, with r = tl.program_id(0).",
+            )
+        as_if_zero = torch.cat([values, torch.zeros(rows, 1)], dim=1).max(dim=1).values
+        if not _close(as_if_zero, expected) and _close(out, as_if_zero):
+            fail(
+                scenario,
+                f"row maxima {expected.tolist()}",
+                f"{out.tolist()}: a row of negative numbers came back as 0",
                 "masked lanes were loaded as 0 (the default `other`), and 0 beats every negative number. "
                 "For a max, load masked lanes as -inf: tl.load(..., mask=mask, other=-float('inf')).",
             )
-        if bool((got >= _POISON).any()):
+        if bool((out >= _POISON).any()):
             fail(
                 scenario,
                 f"row maxima {expected.tolist()}",
-                f"{got.tolist()}",
+                f"{out.tolist()}",
                 f"a max of {_POISON:g} is one of the values the check put just past each row: the kernel "
                 "read lanes beyond `cols` (mask them: mask = offsets < cols) or used `cols` where the row "
                 "stride belongs (row r starts at x_ptr + r * stride_row).",
             )
-        fail(scenario, f"row maxima {expected.tolist()}", f"{got.tolist()}", "reduce the row with tl.max(row, axis=0).")
+        fail(scenario, f"row maxima {expected.tolist()}", f"{out.tolist()}", "reduce the row with tl.max(row, axis=0).")
     return f"{len(cases)} shapes, including an all-negative row"
 
 
 # --------------------------------------------------------------------------- puzzle 3: gather rows
 
+_GATHER_CASES = (
+    ("5 rows from a table of 7, scrambled, row 4 twice", [4, 0, 6, 4, 2], 7, 8),
+    ("1 row", [3], 4, 16),
+    ("6 rows in table order", [0, 1, 2, 3, 4, 5], 6, 8),
+)
 
-@check(notebook="06_triton_warmup", builds="gather_rows")
-def check_gather_rows_kernel(gather_rows: Callable, *, seed: int = 0, hidden: bool = False) -> str:
-    """Puzzle 3: ``gather_rows(table, index, out)``: out[i] = table[index[i]], one program per output row.
+
+@check(notebook="06_triton_warmup", builds="gather_rows_kernel", kernel=True)
+def check_gather_rows_kernel(gather_rows_kernel: object, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 3: `gather_rows_kernel`, launched by the check with grid (m,): out[i] = table[index[i]].
 
     The table's row r holds r + 0.01 * column, so a wrong row is named by the values it brought back.
     """
-    if hidden:
-        return _hidden(_gather_rows_cases, _random_gather_cases, gather_rows, seed)
-    cases = (
-        ("5 rows from a table of 7, scrambled, row 4 twice", [4, 0, 6, 4, 2], 7, 8),
-        ("1 row", [3], 4, 16),
-        ("6 rows in table order", [0, 1, 2, 3, 4, 5], 6, 8),
-    )
-    return _gather_rows_cases(gather_rows, cases)
+    with KernelUnderTest(gather_rows_kernel, "gather_rows_kernel", GATHER_ROWS_PARAMETERS) as kernel:
+        if hidden:
+            return _hidden(_gather_rows_cases, _random_gather_cases, kernel, seed)
+        return _gather_rows_cases(kernel, _GATHER_CASES)
 
 
 def _random_gather_cases(rng) -> list[tuple]:
@@ -334,22 +281,28 @@ def _random_gather_cases(rng) -> list[tuple]:
     return cases
 
 
-def _gather_rows_cases(gather_rows: Callable, cases) -> str:
+def _gather_rows_cases(kernel: KernelUnderTest, cases) -> str:
     for description, picks, table_rows, width in cases:
-        scenario = f"gather_rows: {description} (D = {width})"
-        coded = torch.arange(table_rows, dtype=torch.float32)[:, None] + 0.01 * torch.arange(width)[None, :]
-        table = Guarded.around(coded, fill=math.nan)
-        index = torch.tensor(picks, dtype=torch.int32, device=DEVICE)
-        out = Guarded.around(torch.full((len(picks), width), SENTINEL), fill=SENTINEL)
-        (after,) = _run("gather_rows", gather_rows, (table.inner, index, out.inner), (out,), scenario)
-        _require_guards_intact(
-            scenario, "out", out, after, "program i writes exactly row i of out: out_ptr + i * D + arange(D)."
-        )
-        got, expected = out.inner_of(after), coded[index.long().cpu()]
-        if _close(got, expected):
+        m = len(picks)
+        scenario = f"gather_rows: {description}, index {picks}, D = {width}, grid ({m},)"
+        table = torch.arange(table_rows, dtype=torch.float32)[:, None] + 0.01 * torch.arange(width)[None, :]
+        index = torch.tensor(picks, dtype=torch.int32)
+        out = torch.full((m, width), UNWRITTEN)
+        kernel.launch(scenario, (m,), [table, index, out, width], writable={2}, iterations=m)
+        expected = table[index.long()]
+        if _close(out, expected):
             continue
-        brought = [int(math.floor(float(row[0]) + 1e-6)) if math.isfinite(float(row[0])) else None for row in got]
-        if brought == list(range(len(picks))) and picks != list(range(len(picks))):
+        if bool(_unwritten(out).any()):
+            first = [int(i) for i in torch.nonzero(_unwritten(out))[0]]
+            fail(
+                scenario,
+                f"rows {picks} of the table",
+                f"{int(_unwritten(out).sum())} value(s) of out never written (first: row {first[0]}, "
+                f"column {first[1]})",
+                "program i writes exactly row i of out: out_ptr + i * D + tl.arange(0, D).",
+            )
+        brought = [int(math.floor(float(row[0]) + 1e-6)) if math.isfinite(float(row[0])) else None for row in out]
+        if brought == list(range(m)) and picks != list(range(m)):
             fail(
                 scenario,
                 f"rows {picks} of the table",
@@ -360,13 +313,15 @@ def _gather_rows_cases(gather_rows: Callable, cases) -> str:
         fail(
             scenario,
             f"rows {picks} of the table",
-            f"rows {brought} ({_describe_worst(got, expected, ('output row', 'column'))})",
+            f"rows {brought} ({_describe_worst(out, expected, ('output row', 'column'))})",
             "row r of the table starts at table_ptr + r * D; load D consecutive values from there.",
         )
-    return f"{len(cases)} index tables, guard bands intact"
+    return f"{len(cases)} index tables"
 
 
 # --------------------------------------------------------------------------- puzzle 4: tiled softmax
+
+_SOFTMAX_PADDING = 2  # NaN columns past each row of x: its row stride is cols + 2
 
 
 def _softmax_as_without_rescale(values: torch.Tensor, block: int) -> torch.Tensor:
@@ -384,22 +339,11 @@ def _softmax_as_without_rescale(values: torch.Tensor, block: int) -> torch.Tenso
 
 def _softmax_as_if_masked_lanes_were_zero(values: torch.Tensor, block: int) -> torch.Tensor:
     cols = values.shape[1]
-    padded = -(-cols // block) * block
+    padded = _cdiv(cols, block) * block
     zeros = torch.zeros(values.shape[0], padded - cols, dtype=values.dtype)
     wide = torch.cat([values, zeros], dim=1).double()
     m = wide.max(dim=1, keepdim=True).values
     return (torch.exp(values.double() - m) / torch.exp(wide - m).sum(dim=1, keepdim=True)).float()
-
-
-def _rows_placed_with_stride(buffer_after: torch.Tensor, shape: tuple[int, ...], stride: int) -> torch.Tensor | None:
-    """The output as the kernel left it, read as if row r were at out_ptr + r * ``stride``.
-
-    None when such rows would run past the buffer."""
-    rows, cols = shape
-    if GUARD + (rows - 1) * stride + cols > buffer_after.numel():
-        return None
-    at = GUARD + torch.arange(rows)[:, None] * stride + torch.arange(cols)[None, :]
-    return buffer_after[at]
 
 
 def _softmax_cases(generator: torch.Generator) -> list[tuple[str, torch.Tensor, int]]:
@@ -416,12 +360,14 @@ def _softmax_cases(generator: torch.Generator) -> list[tuple[str, torch.Tensor, 
     ]
 
 
-@check(notebook="06_triton_warmup", builds="softmax")
-def check_softmax_kernel(softmax: Callable, *, seed: int = 0, hidden: bool = False) -> str:
-    """Puzzle 4: ``softmax(x, out, block)``: a row softmax computed tile by tile with a running max and sum."""
-    if hidden:
-        return _hidden(_softmax_run, _random_softmax_cases, softmax, seed)
-    return _softmax_run(softmax, _softmax_cases(torch.Generator().manual_seed(64)))
+@check(notebook="06_triton_warmup", builds="softmax_kernel", kernel=True)
+def check_softmax_kernel(softmax_kernel: object, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 4: `softmax_kernel`, launched by the check with grid (rows,): a row softmax computed
+    tile by tile with a running max and sum."""
+    with KernelUnderTest(softmax_kernel, "softmax_kernel", SOFTMAX_PARAMETERS) as kernel:
+        if hidden:
+            return _hidden(_softmax_run, _random_softmax_cases, kernel, seed)
+        return _softmax_run(kernel, _softmax_cases(torch.Generator().manual_seed(64)))
 
 
 def _random_softmax_cases(rng) -> list[tuple[str, torch.Tensor, int]]:
@@ -434,36 +380,66 @@ def _random_softmax_cases(rng) -> list[tuple[str, torch.Tensor, int]]:
     return cases
 
 
-def _softmax_run(softmax: Callable, cases: list) -> str:
-    for description, values, block in cases:
-        scenario = f"softmax: {description}, BLOCK = {block}"
-        x = Guarded.around(values, fill=math.nan, extra_columns=2)
-        out = Guarded.around(torch.full(values.shape, SENTINEL), fill=SENTINEL)
-        (after,) = _run("softmax", softmax, (x.inner, out.inner, block), (out,), scenario)
-        expected = torch.softmax(values.double(), dim=1).float()
-        rows, cols = values.shape
-        if rows > 1 and out.outside_writes(after, SENTINEL):
-            # A masked store in the wrong place: each row right, but rows x's stride apart, running past out's end.
-            placed = _rows_placed_with_stride(after, values.shape, x.row_stride)
-            if placed is not None and _close(placed, expected):
-                fail(
-                    scenario,
-                    f"row r of out at out_ptr + r * cols (out is contiguous: its rows are {cols} apart)",
-                    f"every row's softmax right, but row r stored at out_ptr + r * {x.row_stride}, x's row stride, "
-                    "so the last rows ran past the end of out",
-                    "the store used stride_row, which is x's row stride (here x's rows are wider in memory than "
-                    f"{cols} columns); out has its own layout: store row r at out_ptr + row * cols + offsets.",
-                )
-        _require_guards_intact(
-            scenario,
-            "out",
-            out,
-            after,
-            "the second pass stores a whole tile: mask the store with offsets < cols, like the loads.",
+def _softmax_launch(kernel: KernelUnderTest, scenario: str, x: torch.Tensor, block: int) -> torch.Tensor:
+    rows, cols = x.shape
+    out = torch.full((rows, cols), UNWRITTEN)
+    iterations = rows * 2 * _cdiv(cols, block)
+    kernel.launch(scenario, (rows,), [x, out, cols, x.stride(0), block], writable={1}, iterations=iterations)
+    return out
+
+
+def _name_stores_at_the_input_stride(
+    kernel: KernelUnderTest, scenario: str, x: torch.Tensor, block: int, expected: torch.Tensor
+) -> None:
+    """Fail naming the mistake if the kernel stores row r at out_ptr + r * stride_row (x's stride, not
+    out's): relaunched with an out wide enough for rows that far apart, each row's softmax is there."""
+    rows, cols = x.shape
+    stride = x.stride(0)
+    if rows < 2 or stride == cols:
+        return
+    wide = torch.full(((rows - 1) * stride + cols,), UNWRITTEN)
+    try:
+        kernel.launch(
+            scenario, (rows,), [x, wide, cols, stride, block], writable={1}, iterations=rows * 2 * _cdiv(cols, block)
         )
-        got = out.inner_of(after)
+    except KernelLaunchFailed:
+        return
+    placed = wide[torch.arange(rows)[:, None] * stride + torch.arange(cols)[None, :]]
+    if _close(placed, expected):
+        fail(
+            scenario,
+            f"row r of out at out_ptr + r * cols (out is contiguous: its rows are {cols} apart)",
+            f"every row's softmax right, but row r stored at out_ptr + r * {stride}, x's row stride, so the "
+            "last rows ran past the end of out",
+            "the store used stride_row, which is x's row stride (here x's rows are wider in memory than "
+            f"{cols} columns); out has its own layout: store row r at out_ptr + row * cols + offsets.",
+        )
+
+
+def _softmax_run(kernel: KernelUnderTest, cases: list) -> str:
+    for description, values, block in cases:
+        rows, cols = values.shape
+        x = _strided(values, math.nan, _SOFTMAX_PADDING)
+        scenario = f"softmax: {description}, row stride {x.stride(0)}, BLOCK = {block}, grid ({rows},)"
+        expected = torch.softmax(values.double(), dim=1).float()
+        try:
+            got = _softmax_launch(kernel, scenario, x, block)
+        except KernelLaunchFailed as error:
+            if error.answer.kind == "out of bounds":  # a store past out may be rows placed at x's stride
+                _name_stores_at_the_input_stride(kernel, scenario, x, block, expected)
+            raise
         if _close(got, expected):
             continue
+        _name_stores_at_the_input_stride(kernel, scenario, x, block, expected)
+        if bool(_unwritten(got).any()):
+            first = [int(i) for i in torch.nonzero(_unwritten(got))[0]]
+            fail(
+                scenario,
+                f"all {rows * cols} values of out written",
+                f"{int(_unwritten(got).sum())} never written (first: row {first[0]}, column {first[1]})",
+                "the second loop stores every tile of the row: out_ptr + row * cols + offsets, for every "
+                "start in range(0, cols, BLOCK), masked with offsets < cols.",
+            )
         named = (
             (
                 _softmax_as_without_rescale(values, block),
@@ -500,29 +476,27 @@ def _softmax_run(softmax: Callable, cases: list) -> str:
 # --------------------------------------------------------------------------- puzzle 5: one block of the pool
 
 # A pool element holds its own offset from the pool's first element plus 0.5, so every value the
-# kernel stored says which address it loaded from; 0 (a masked lane) and SENTINEL (never written)
-# are whole numbers, so neither can be taken for a pool value.
-_POOL_FILL = math.nan  # around the pool: a load that leaves it reads NaN
+# kernel stored says which address it loaded from; 0 (a masked lane) and UNWRITTEN (never
+# written) are whole numbers, so neither can be taken for a pool value. The slots past the
+# sequence's length in its last block hold NaN (what an earlier sequence left there).
 
 
-def _coded_pool(storage: tuple[int, int, int, int], head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 4-D pool [*storage[:3], head_dim] for the kernel, and the same view on the CPU.
-
-    The pool is a view of a coded ``storage``-shaped tensor (columns past ``head_dim`` are padding,
-    so the head stride may exceed head_dim) that sits in a flat buffer with ``GUARD`` NaN on each side.
-    """
-    numel = math.prod(storage)
-    buffer = torch.full((GUARD + numel + GUARD,), _POOL_FILL)
-    buffer[GUARD : GUARD + numel] = 0.5 + torch.arange(numel, dtype=torch.float32)
-    on_cpu = buffer[GUARD : GUARD + numel].view(storage)[..., :head_dim]
-    return buffer.to(DEVICE)[GUARD : GUARD + numel].view(storage)[..., :head_dim], on_cpu
+def _coded_pool(case: _BlockCase) -> torch.Tensor:
+    """The 4-D pool [num_blocks, block_size, heads, head_dim]: a view of a coded storage-shaped
+    tensor (columns past ``head_dim`` are padding, so the head stride may exceed head_dim), its
+    own storage; the stale slots of the sequence's last block set to NaN."""
+    storage = case.storage_shape
+    coded = (0.5 + torch.arange(math.prod(storage), dtype=torch.float32)).view(storage)
+    used = case.length - (len(case.table) - 1) * case.block_size  # tokens in the sequence's last block
+    coded[case.table[-1], used:] = math.nan
+    return coded[..., : case.head_dim]
 
 
 def _where_from(value: float, shape: tuple[int, int, int, int], head_dim: int) -> str:
     """The pool element whose code is ``value``, as ``pool[block, slot, head, column]``; ``shape``
     is the storage's (head_dim with its padding)."""
     if math.isnan(value):
-        return "NaN (from outside the pool)"
+        return "NaN (a stale slot past the sequence's length)"
     if value == 0.0:
         return "0 (a masked lane)"
     offset = int(value - 0.5)
@@ -536,9 +510,9 @@ def _where_from(value: float, shape: tuple[int, int, int, int], head_dim: int) -
     return f"pool[{block}, {slot}, {head}, {column}]{padding}"
 
 
-def _block_as(pool: torch.Tensor, physical: int, head: int, rows: int, by: str) -> torch.Tensor:
-    """The [BLOCK, D] tile a kernel loads from ``pool`` (on the CPU; a view of a contiguous storage
-    that starts where the pool does), right or as a bug does.
+def _block_as(pool: torch.Tensor, physical: int, head: int, rows: int, by: str) -> torch.Tensor | None:
+    """The [BLOCK, D] tile a kernel loads from ``pool`` (a view of a storage that starts where the
+    pool does), right or as a bug does; None where the bug's addresses leave the pool.
 
     by: "right" (rows < ``rows`` loaded, the rest 0), "unmasked" (every slot loaded), "columns"
     (the mask switched off columns >= rows instead), "swapped" (slot and column strides exchanged),
@@ -546,14 +520,14 @@ def _block_as(pool: torch.Tensor, physical: int, head: int, rows: int, by: str) 
     """
     _, block_size, _, head_dim = pool.shape
     s_block, s_slot, s_head = pool.stride(0), pool.stride(1), pool.stride(2)
-    flat = pool.as_strided((pool.shape[0] * s_block,), (1,))
+    flat = pool.as_strided((pool.untyped_storage().nbytes() // pool.element_size(),), (1,))
     slots = torch.arange(block_size)[:, None]  # [BLOCK, 1]
     columns = torch.arange(head_dim)[None, :]  # [1, D]
     base = physical * s_block + head * (head_dim if by == "packed heads" else s_head)
     if by == "swapped":
         at = base + slots * 1 + columns * s_slot  # [BLOCK, D]
         if int(at.max()) >= flat.numel():
-            return torch.full((block_size, head_dim), math.nan)
+            return None
         return torch.where(slots < rows, flat[at], torch.zeros(()))
     tile = flat[base + slots * s_slot + columns]  # [BLOCK, D]
     if by == "unmasked":
@@ -582,11 +556,19 @@ class _BlockCase:
         return min(self.block_size, self.length - self.logical * self.block_size)
 
     @property
+    def storage_shape(self) -> tuple[int, int, int, int]:
+        return self.num_blocks, self.block_size, self.heads, self.head_dim + self.head_padding
+
+    @property
     def scenario(self) -> str:
+        stale = self.length % self.block_size
+        stale_note = (
+            f", slots {stale} to {self.block_size - 1} of physical block {self.table[-1]} stale (NaN)" if stale else ""
+        )
         return (
             f"load_block: {self.description}: pool [{self.num_blocks}, {self.block_size}, {self.heads}, "
-            f"{self.head_dim}]{self.strides_note}, block table {list(self.table)}, length {self.length}, "
-            f"logical block {self.logical}, head {self.head}"
+            f"{self.head_dim}]{self.strides_note}, block table {list(self.table)}, length {self.length}"
+            f"{stale_note}, logical block {self.logical}, head {self.head}, grid (1,)"
         )
 
     @property
@@ -598,7 +580,9 @@ class _BlockCase:
 
 
 _BLOCK_CASES = (
-    _BlockCase("a full block in the middle of a sequence", (5, 2, 7), 9, 8, 2, 4, 21, 1, 1),
+    # Physical block 3, not 2: a kernel with the strides of a smaller pool hard-coded (s_block 32 where this
+    # pool's is 64) would read 2 * 32, exactly logical block 1, and be told it skipped the table.
+    _BlockCase("a full block in the middle of a sequence", (5, 3, 7), 9, 8, 2, 4, 21, 1, 1),
     _BlockCase("the last block, 3 of its 8 slots hold tokens", (3, 0, 6), 8, 8, 2, 4, 19, 2, 0),
     _BlockCase("one token in a block of 4, head 2 of 3", (4, 1), 6, 4, 3, 4, 5, 1, 2),
     _BlockCase(
@@ -625,31 +609,26 @@ def _random_block_case(description: str, rng) -> _BlockCase:
     )
 
 
-def _run_block_case(load_block: Callable, case: _BlockCase) -> None:
+def _run_block_case(kernel: KernelUnderTest, case: _BlockCase) -> None:
     scenario = case.scenario
-    shape = (case.num_blocks, case.block_size, case.heads, case.head_dim + case.head_padding)
-    pool, pool_cpu = _coded_pool(shape, case.head_dim)
-    table = torch.tensor(case.table, dtype=torch.int32, device=DEVICE)
-    out = Guarded.around(torch.full((case.block_size, case.head_dim), SENTINEL), fill=SENTINEL)
-    args = (pool, table, case.length, case.logical, case.head, out.inner)
-    (after,) = _run("load_block", load_block, args, (out,), scenario)
+    shape = case.storage_shape
+    pool = _coded_pool(case)
+    table = torch.tensor(case.table, dtype=torch.int32)
+    out = torch.full((case.block_size, case.head_dim), UNWRITTEN)
+    args = [
+        pool, table, out, case.length, case.logical, case.head, pool.stride(0), pool.stride(1), pool.stride(2),
+        case.block_size, case.head_dim,
+    ]  # fmt: skip
+    kernel.launch(scenario, (1,), args, writable={2}, iterations=1)
     physical, rows = case.table[case.logical], case.rows
-    _require_guards_intact(
-        scenario,
-        "out",
-        out,
-        after,
-        "out is [BLOCK, D] and contiguous: store at out_ptr + slots[:, None] * D + rd[None, :], an address "
-        "tile of exactly BLOCK x D elements.",
-    )
-    got = out.inner_of(after)
-    expected = _block_as(pool_cpu, physical, case.head, rows, "right")
+    got = out
+    expected = _block_as(pool, physical, case.head, rows, "right")
     if _same_bits(got, expected):
         return
     shown = f"out[s, :] = pool[{physical}, s, {case.head}, :] for " + (
         f"every slot (all {rows} hold tokens)" if rows == case.block_size else f"slots s < {rows}, 0 for the rest"
     )
-    unwritten = got == SENTINEL
+    unwritten = _unwritten(got)
     if bool(unwritten.any()):
         first = [int(i) for i in torch.nonzero(unwritten)[0]]
         if bool(unwritten[rows:].all()) and not bool(unwritten[:rows].any()):
@@ -670,7 +649,7 @@ def _run_block_case(load_block: Callable, case: _BlockCase) -> None:
     if physical != case.logical:
         named.append(
             (
-                _block_as(pool_cpu, case.logical, case.head, rows, "right"),
+                _block_as(pool, case.logical, case.head, rows, "right"),
                 f"the tile came from physical block {case.logical}, the logical block's own number: look the "
                 f"physical block up first, physical = tl.load(table_ptr + logical_block) (here block "
                 f"{physical}), then address pool_ptr + physical * s_block.",
@@ -679,34 +658,36 @@ def _run_block_case(load_block: Callable, case: _BlockCase) -> None:
     if case.head_padding:
         named.append(
             (
-                _block_as(pool_cpu, physical, case.head, rows, "packed heads"),
-                f"the head was found at head * D, as if heads were packed: here they lie s_head = "
-                f"{case.head_dim + case.head_padding} apart (the pool is a view of a wider tensor). Use the "
-                "stride the launcher passes: base = pool_ptr + physical * s_block + head * s_head.",
+                _block_as(pool, physical, case.head, rows, "packed heads"),
+                f"the head was found at head * D, as if heads were packed (a contiguous pool's layout): here "
+                f"they lie s_head = {case.head_dim + case.head_padding} apart (the pool is a view of a wider "
+                "tensor). Use the strides the kernel is handed: base = pool_ptr + physical * s_block + "
+                "head * s_head.",
             )
         )
     named += [
         (
-            _block_as(pool_cpu, physical, case.head, rows, "swapped"),
+            _block_as(pool, physical, case.head, rows, "swapped"),
             "the slot and column strides are exchanged: slots[:, None] * 1 + rd[None, :] * s_slot walks down "
             "a column. Rows of the tile are slots (step s_slot), columns are head_dim (step 1): "
             "slots[:, None] * s_slot + rd[None, :].",
         ),
         (
-            _block_as(pool_cpu, physical, case.head, rows, "unmasked"),
+            _block_as(pool, physical, case.head, rows, "unmasked"),
             f"the slots past the sequence's length (position logical_block * BLOCK + s >= length, here slots "
-            f"{rows} and on) were loaded: they hold whatever an earlier sequence left there. Mask the load: "
-            "valid = logical_block * BLOCK + slots < length (shape [BLOCK]), mask=valid[:, None], other=0.0.",
+            f"{rows} and on) were loaded: they hold whatever an earlier sequence left there (here NaN). Mask "
+            "the load: valid = logical_block * BLOCK + slots < length (shape [BLOCK]), mask=valid[:, None], "
+            "other=0.0.",
         ),
         (
-            _block_as(pool_cpu, physical, case.head, rows, "columns"),
+            _block_as(pool, physical, case.head, rows, "columns"),
             "the mask switched off columns instead of slots: a token is a row of the tile, so its [BLOCK] "
             "mask must stand on the rows, valid[:, None] (shape [BLOCK, 1], broadcast along the columns), not "
             "valid[None, :] or a mask built from rd.",
         ),
     ]
     for wrong, diagnosis in named:
-        if not _same_bits(wrong, expected) and _same_bits(got, wrong):
+        if wrong is not None and not _same_bits(wrong, expected) and _same_bits(got, wrong):
             fail(scenario, shown, "what one classic mistake gives, named below", diagnosis)
     error = (got - expected).abs().nan_to_num(nan=math.inf)
     row, column = (int(i) for i in torch.nonzero(error == error.max())[0])
@@ -718,23 +699,24 @@ def _run_block_case(load_block: Callable, case: _BlockCase) -> None:
         shown,
         f"out[{row}, {column}] holds {_where_from(float(got[row, column]), shape, case.head_dim)} instead of {want}",
         "element (s, c) of the block lives at pool_ptr + physical * s_block + s * s_slot + head * s_head + c: "
-        "build that address as a [BLOCK, D] tile, slots[:, None] * s_slot + rd[None, :].",
+        "build that address as a [BLOCK, D] tile, slots[:, None] * s_slot + rd[None, :], with the strides the "
+        "kernel is handed (the check's pools are not all contiguous).",
     )
 
 
-def _hidden_last_token_alone(load_block: Callable, rng) -> None:
+def _hidden_last_token_alone(kernel: KernelUnderTest, rng) -> None:
     case = _random_block_case("hidden", rng)
     logical = len(case.table) - 1
-    _run_block_case(load_block, replace(case, logical=logical, length=logical * case.block_size + 1))
+    _run_block_case(kernel, replace(case, logical=logical, length=logical * case.block_size + 1))
 
 
-def _hidden_last_head(load_block: Callable, rng) -> None:
+def _hidden_last_head(kernel: KernelUnderTest, rng) -> None:
     heads = rng.randint(3, 6)
-    _run_block_case(load_block, replace(_random_block_case("hidden", rng), heads=heads, head=heads - 1))
+    _run_block_case(kernel, replace(_random_block_case("hidden", rng), heads=heads, head=heads - 1))
 
 
-def _hidden_random(load_block: Callable, rng) -> None:
-    _run_block_case(load_block, _random_block_case("hidden", rng))
+def _hidden_random(kernel: KernelUnderTest, rng) -> None:
+    _run_block_case(kernel, _random_block_case("hidden", rng))
 
 
 HIDDEN_BLOCK_KINDS = {
@@ -744,27 +726,27 @@ HIDDEN_BLOCK_KINDS = {
 }
 
 
-@check(notebook="06_triton_warmup", builds="load_block")
-def check_load_block_kernel(load_block: Callable, *, seed: int = 0, hidden: bool = False) -> str:
-    """Puzzle 5: ``load_block(pool, block_table, length, logical_block, head, out)`` copies one
-    [BLOCK, D] block of a 4-D pool, found through the block table, into out; slots without a
-    token give 0.
+@check(notebook="06_triton_warmup", builds="load_block_kernel", kernel=True)
+def check_load_block_kernel(load_block_kernel: object, *, seed: int = 0, hidden: bool = False) -> str:
+    """Puzzle 5: `load_block_kernel`, launched by the check with grid (1,) and the pool's strides,
+    copies one [BLOCK, D] block of a 4-D pool, found through the block table, into out; slots
+    without a token give 0.
 
-    Each pool element holds its own offset + 0.5, so a wrong value says which address was loaded.
-    ``hidden=True`` (the hidden tests) runs two of ``HIDDEN_BLOCK_KINDS``, chosen and sized by ``seed``,
-    in place of the visible block drawn from ``seed``.
+    Each pool element holds its own offset + 0.5, so a wrong value says which address was loaded;
+    the stale slots past the sequence's length hold NaN. ``hidden=True`` (the hidden tests) runs two
+    of ``HIDDEN_BLOCK_KINDS``, chosen and sized by ``seed``, in place of the visible block drawn
+    from ``seed``.
     """
-    import random
-
     # The hidden run's seed is the grader's secret: a case drawn from it runs only as a hidden kind,
     # whose message shows none of its sizes.
     drawn = (
         () if hidden else (_random_block_case(f"a block drawn with seed {seed}", random.Random(f"load_block/{seed}")),)
     )
     cases = (*_BLOCK_CASES, *drawn)
-    for case in cases:
-        _run_block_case(load_block, case)
-    if hidden:
-        run_hidden_scenarios(HIDDEN_BLOCK_KINDS, seed, 2, load_block)
+    with KernelUnderTest(load_block_kernel, "load_block_kernel", LOAD_BLOCK_PARAMETERS) as kernel:
+        for case in cases:
+            _run_block_case(kernel, case)
+        if hidden:
+            run_hidden_scenarios(HIDDEN_BLOCK_KINDS, seed, 2, kernel)
     blocks = len(cases) + (2 if hidden else 0)
-    return f"{blocks} blocks, including a partly filled last block and a padded pool, guard bands intact"
+    return f"{blocks} blocks, including a partly filled last block with stale slots and a padded pool"

@@ -8,8 +8,7 @@ So values are first turned into plain Python ints, lists, dicts, or exact ``torc
 the grader's clean run also reports to the instructor, only for a look-alike built to answer a
 comparison for itself; a plain value of the wrong type is an ordinary failure), and tensors are compared with
 torch's function overrides switched off (``strict_allclose``). ``call_learner`` screens every
-value the learner's code returns (``refuse_odd_value``); ``genuine_triton_kernel`` tells Triton's
-own kernel objects from look-alikes.
+value the learner's code returns (``refuse_odd_value``).
 """
 
 from __future__ import annotations
@@ -20,9 +19,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...learner_view.remote import is_remote, plain, remote_type, remote_value_like
-from ...running.launch_watch import class_attribute as _lookup
-from ...running.launch_watch import class_mro as _mro
 from ..speaking.failure import fail, refuse
+
+
+def _mro(kind: type) -> tuple[type, ...]:
+    """``kind``'s MRO as ``type`` keeps it (no metaclass code runs)."""
+    return type.__dict__["__mro__"].__get__(kind)
+
+
+def _lookup(kind: type, name: str) -> Any:
+    """``kind``'s attribute ``name`` as the MRO's dictionaries hold it (no metaclass code runs)."""
+    for klass in _mro(kind):
+        namespace = type.__dict__["__dict__"].__get__(klass)
+        if name in namespace:
+            return namespace[name]
+    return None
 
 
 def type_name(value: Any) -> str:

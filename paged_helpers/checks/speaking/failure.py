@@ -74,9 +74,14 @@ def _is_package_file(filename: str) -> bool:
         return False
 
 
+def four_parts(scenario: str, expected: Any, got: Any, hint: str | Hint) -> str:
+    """The course's four-part message (a ``Hint`` is shown in tiers)."""
+    return f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint_text(scenario, hint)}"
+
+
 def fail(scenario: str, expected: Any, got: Any, hint: str | Hint) -> None:
     """Raise CheckFailed with the course's four-part message (a ``Hint`` is shown in tiers)."""
-    raise CheckFailed(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint_text(scenario, hint)}")
+    raise CheckFailed(four_parts(scenario, expected, got, hint))
 
 
 # ----- hints in two tiers ------------------------------------------------------------------------
