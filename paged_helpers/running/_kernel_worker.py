@@ -1,15 +1,19 @@
 """The checker's kernel process: runs a learner's validated Triton kernel module, and nothing else.
 
-Run as a script (``python _kernel_worker.py interpreted|compiled``), never imported: the parent
-(``kernel_process``) starts a fresh one per check, so nothing of the checker (its seeds, its
-expected values, its references) is in this process's memory, only the inputs it is sent. It
-imports torch and Triton, never ``paged_helpers``.
+Run as a script (``python _kernel_worker.py interpreted|compiled [--zygote]``), never imported:
+the parent (``kernel_process``) starts it as a zygote that imports torch and Triton once and forks
+a fresh worker for each check, so nothing of the checker (its seeds, its expected values, its
+references) is in a worker's memory, only the inputs it is sent, and nothing of one check's
+kernel outlives it. It never imports ``paged_helpers``.
 
 It speaks in frames on its own copies of stdin and stdout (the kernel's prints go to a file):
 a 4-byte length, a JSON header, then the header's ``blobs`` (byte counts) as raw bytes::
 
     {"op": "load", "source": "..."}
         -> {"ok": true, "kernels": {name: {"params": [...], "constexprs": [...]}}}
+    {"op": "fork"}  (to the zygote) -> a fresh worker serves the frames that follow, then
+        -> {"exited": status}  (from the zygote, once that worker has ended: ``end``, a crash)
+    {"op": "end"}  the worker exits
     {"op": "launch", "kernel": name, "grid": [..], "args": [{"tensor": i} | {"value": v}],
      "tensors": [{"name", "dtype", "offset", "shape", "stride", "writable"}], "cpu_budget": s,
      "options": {"num_warps": 4}, "blobs": [storage bytes of each tensor]}
@@ -208,44 +212,72 @@ def _load(header: dict) -> dict:
 
 
 # Space left between two tensors in the arena: a stray access near a tensor falls in a gap
-# (reported out of bounds), not in the next tensor.
+# (reported out of bounds), not in the next tensor. The gaps hold ``_GUARD_BYTE``: compiled, where
+# no access is checked before it happens, a store into a gap is found after the launch.
 _GAP = 1 << 16
+_GUARD_BYTE = 0xA5
 
 
-def _tensors(specs: list[dict], blobs: list[bytes]) -> list[torch.Tensor]:
-    """Each tensor as a view (shape, strides, offset) of a storage holding the bytes sent for it.
+class _Arena:
+    """The launch's tensors, each a view (shape, strides, offset) of its own span of one buffer,
+    spans ``_GAP`` bytes apart; the buffer is on the GPU when compiled."""
 
-    Under the interpreter the storages lie in one arena, apart by ``_GAP`` bytes and more, so the
-    memory around each tensor is nobody's."""
-    if MODE == "compiled":
+    def __init__(self, specs: list[dict], blobs: list[bytes]):
+        self.spans: list[tuple[int, int]] = []  # (start, length) of each tensor's storage, in bytes
+        size = _GAP
+        for blob in blobs:
+            self.spans.append((size, len(blob)))
+            size += -(-len(blob) // 64) * 64 + _GAP
+        arena = bytearray([_GUARD_BYTE]) * size
+        for (start, length), blob in zip(self.spans, blobs, strict=True):
+            arena[start : start + length] = blob
+        self.bytes = torch.frombuffer(arena, dtype=torch.uint8)
+        if MODE == "compiled":
+            self.bytes = self.bytes.cuda()
+        self.tensors = []
+        for spec, (start, _) in zip(specs, self.spans, strict=True):
+            dtype = _DTYPES[spec["dtype"]]
+            whole = self.bytes.view(dtype)  # spans start at multiples of 64 bytes: whole elements
+            offset = start // whole.element_size() + spec["offset"]
+            self.tensors.append(whole.as_strided(spec["shape"], spec["stride"], offset))
+        self.before = self.bytes.cpu().clone() if MODE == "compiled" else None
+
+    def regions(self, specs: list[dict]) -> list[tuple[int, int, str, bool]]:
+        """(first byte, byte past the last, name, writable) of each tensor's storage, as addresses."""
+        base = self.bytes.data_ptr()
         return [
-            torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-            .view(_DTYPES[spec["dtype"]])
-            .cuda()
-            .as_strided(spec["shape"], spec["stride"], spec["offset"])
-            for spec, blob in zip(specs, blobs, strict=True)
+            (base + start, base + start + length, spec["name"], spec["writable"])
+            for spec, (start, length) in zip(specs, self.spans, strict=True)
         ]
-    starts, size = [], _GAP
-    for blob in blobs:
-        starts.append(size)
-        size += -(-len(blob) // 64) * 64 + _GAP
-    arena = bytearray(size)
-    tensors = []
-    for spec, blob, start in zip(specs, blobs, starts, strict=True):
-        arena[start : start + len(blob)] = blob
-        storage = (
-            torch.frombuffer(arena, dtype=torch.uint8, offset=start, count=len(blob))
-            if blob
-            else (torch.empty(0, dtype=torch.uint8))
-        )
-        tensors.append(storage.view(_DTYPES[spec["dtype"]]).as_strided(spec["shape"], spec["stride"], spec["offset"]))
-    return tensors
 
+    def stray_stores(self, specs: list[dict]) -> dict | None:
+        """Compiled: the facts of a store that changed a gap (None when every gap is as it was)."""
+        if self.before is None:
+            return None
+        inside = torch.zeros(self.before.shape, dtype=torch.bool)
+        for start, length in self.spans:
+            inside[start : start + length] = True
+        changed = (self.bytes.cpu() != self.before) & ~inside
+        if not bool(changed.any()):
+            return None
+        stray = torch.nonzero(changed).flatten().numpy().astype(np.int64)
+        probe = _Regions()
+        probe.items = [
+            (start, start + length, spec["name"], False)
+            for spec, (start, length) in zip(specs, self.spans, strict=True)
+        ]
+        facts = {"what": "store", "count": int(stray.size), "of": int(stray.size), "unit": "bytes"}
+        facts.update(probe.nearest(stray, 1))
+        return facts
 
-def _storage_bytes(tensor: torch.Tensor) -> bytes:
-    storage = tensor.untyped_storage()
-    whole = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
-    return whole.cpu().numpy().tobytes()
+    def written(self, specs: list[dict]) -> list[bytes]:
+        """The storages of the tensors the kernel may write, as they are now."""
+        now = self.bytes.cpu()
+        return [
+            now[start : start + length].numpy().tobytes()
+            for spec, (start, length) in zip(specs, self.spans, strict=True)
+            if spec["writable"]
+        ]
 
 
 def _learner_frames(error: BaseException) -> list[list]:
@@ -274,14 +306,10 @@ def _innermost(error: BaseException) -> BaseException:
 
 def _launch(header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
     kernel = getattr(_MODULE, header["kernel"])
-    tensors = _tensors(header["tensors"], blobs)
-    _REGIONS.items = []
-    for spec, tensor in zip(header["tensors"], tensors, strict=True):
-        storage = tensor.untyped_storage()
-        _REGIONS.items.append(
-            (storage.data_ptr(), storage.data_ptr() + storage.nbytes(), spec["name"], spec["writable"])
-        )
-    args = [tensors[item["tensor"]] if "tensor" in item else item["value"] for item in header["args"]]
+    specs = header["tensors"]
+    arena = _Arena(specs, blobs)
+    _REGIONS.items = arena.regions(specs)
+    args = [arena.tensors[item["tensor"]] if "tensor" in item else item["value"] for item in header["args"]]
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = used.ru_utime + used.ru_stime
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
@@ -306,8 +334,18 @@ def _launch(header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
         return answer, []
     finally:
         resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-    out = [_storage_bytes(t) for spec, t in zip(header["tensors"], tensors, strict=True) if spec["writable"]]
-    return {"ok": True, "printed": _printed()}, out
+    stray = arena.stray_stores(specs)
+    if stray is not None:
+        return {
+            "ok": False,
+            "kind": "out of bounds",
+            "error_type": "OutOfBounds",
+            "message": "a store outside every tensor, found after the launch",
+            "frames": [],
+            "printed": _printed(),
+            "access": stray,
+        }, []
+    return {"ok": True, "printed": _printed()}, arena.written(specs)
 
 
 def _set_up(mode: str) -> None:
@@ -328,16 +366,16 @@ def _set_up(mode: str) -> None:
     sys.stderr = sys.stdout
 
 
-def main(argv: list[str]) -> int:
-    _set_up(argv[1] if len(argv) > 1 else "interpreted")
-    if MODE == "interpreted":
-        _watch_memory()
+def _serve() -> int:
+    """Answer load and launch requests until ``end`` or the end of the input."""
     while True:
         try:
             header, blobs = _receive()
         except EOFError:
             return 0
         try:
+            if header["op"] == "end":
+                return 0
             if header["op"] == "load":
                 _send(_load(header))
             elif header["op"] == "launch":
@@ -354,6 +392,39 @@ def main(argv: list[str]) -> int:
                 "frames": _learner_frames(error),
                 "printed": _printed(),
             })  # fmt: skip
+
+
+def _zygote() -> int:
+    """Fork a fresh worker for each ``fork`` request and wait for it: the child serves the same
+    descriptors until ``end``; then this process says how it ended (``{"exited": status}``: a
+    signal as a negative number). Torch and Triton are imported once, here, never learner code."""
+    import triton.language  # noqa: F401  (imported before the forks: each child starts with it)
+
+    while True:
+        try:
+            header, _ = _receive()
+        except EOFError:
+            return 0
+        if header.get("op") != "fork":
+            _send({"ok": False, "kind": "raised", "error_type": "ValueError", "message": "the zygote only forks"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _serve()
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        _send({"exited": os.waitstatus_to_exitcode(status)})
+
+
+def main(argv: list[str]) -> int:
+    _set_up(argv[1] if len(argv) > 1 else "interpreted")
+    if MODE == "interpreted":
+        _watch_memory()
+    return _zygote() if "--zygote" in argv else _serve()
 
 
 if __name__ == "__main__":

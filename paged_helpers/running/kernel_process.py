@@ -7,9 +7,10 @@ definitions) and then launches a kernel of it with its own grid and its own tens
     with KernelProcess(module) as kernels:
         answer = kernels.launch("paged_decode_kernel", grid, args, writable={5}, cpu_budget=20)
 
-The process (``_kernel_worker.py``) is started afresh for each check and holds only what it is
-sent: the module and each launch's tensors (their whole storages, so views with strides and
-offsets arrive as views). It never sees a reference, an expected value or a seed. The
+The process (``_kernel_worker.py``) is forked afresh for each check from a zygote that imported
+torch and Triton once (and never runs a kernel), and holds only what it is sent: the module and
+each launch's tensors (their whole storages, so views with strides and offsets arrive as views).
+It never sees a reference, an expected value or a seed; nothing of one check's kernel outlives it. The
 tensors it may write come back and are copied into the checker's own tensors; nothing else
 of it is read but plain, bounded data (a kind, a message, line numbers).
 
@@ -25,12 +26,13 @@ What can go wrong becomes a ``KernelAnswer`` kind, never an exception of the che
   without using its CPU: the machine, not the kernel, was too slow to judge it.
 
 When grading, the grader may ask for the process to run inside a sandbox: a command prefix in
-``PAGED_HELPERS_KERNEL_PREFIX`` (JSON list; set by the grader for its checker, never by the
-learner, whose process never starts a kernel process).
+``PAGED_HELPERS_KERNEL_PREFIX`` (JSON list; set by the grader for its checker: the zygote and
+its workers run inside it).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -104,13 +106,68 @@ def _storage_bytes(tensor: torch.Tensor) -> bytes:
     return whole.cpu().numpy().tobytes()
 
 
+class _Zygote:
+    """A process that imported torch and Triton once and forks a fresh worker per ``KernelProcess``
+    (``_kernel_worker.py --zygote``); one at a time, so the worker owns the pipes while it lives."""
+
+    def __init__(self, mode: str, prefix: list[str]):
+        environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+        environment["PYTHONDONTWRITEBYTECODE"] = "1"
+        try:
+            self.process = subprocess.Popen(
+                [*prefix, sys.executable, str(_WORKER), mode, "--zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=environment,
+                start_new_session=True,
+            )
+        except OSError as error:
+            raise KernelProcessFailed(f"the kernel process could not start: {error}") from error
+        self.busy = False
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            _kill(self.process)
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+# One zygote per (mode, sandbox prefix) for this process's checks, started on first use; a busy
+# one (a check inside a check) or a dead one is replaced.
+_ZYGOTES: dict[tuple[str, str], _Zygote] = {}
+
+
+def _zygote() -> _Zygote:
+    key = (_mode(), json.dumps(_prefix()))
+    zygote = _ZYGOTES.get(key)
+    if zygote is None or zygote.busy or not zygote.alive():
+        if zygote is not None and not zygote.busy:
+            zygote.stop()
+        zygote = _ZYGOTES[key] = _Zygote(key[0], json.loads(key[1]))
+    return zygote
+
+
+@atexit.register
+def _stop_zygotes() -> None:
+    for zygote in _ZYGOTES.values():
+        zygote.stop()
+    _ZYGOTES.clear()
+
+
 class KernelProcess:
     """One fresh process for one kernel module (see the module docstring). A context manager."""
 
     def __init__(self, module: KernelModule | str):
         self.module = KernelModule(module) if isinstance(module, str) else module
         validate_kernel_module(self.module)  # never load what a kernel module may not hold
-        self.process: subprocess.Popen | None = None
+        self.zygote: _Zygote | None = None  # while a worker of it runs this module
         self.kernels: dict[str, dict] = {}
         self.load_answer: KernelAnswer | None = None
 
@@ -123,20 +180,12 @@ class KernelProcess:
     # -- the process ------------------------------------------------------------------------------
 
     def _start(self) -> KernelAnswer:
-        """Start the process and load the module: the load's answer (``returned`` when it loaded)."""
-        environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        try:
-            self.process = subprocess.Popen(
-                [*_prefix(), sys.executable, str(_WORKER), _mode()],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=environment,
-                start_new_session=True,
-            )
-        except OSError as error:
-            raise KernelProcessFailed(f"the kernel process could not start: {error}") from error
+        """Fork a worker and load the module: the load's answer (``returned`` when it loaded)."""
+        self.zygote = _zygote()
+        self.zygote.busy = True
+        answer, _ = self._ask({"op": "fork"}, [], 0, expect_answer=False)
+        if answer.kind != "returned":
+            return answer
         answer, _ = self._ask({"op": "load", "source": self.module.source}, [], LOAD_CPU_BUDGET_S)
         if answer.kind == "returned":
             self.kernels = self._last_header.get("kernels", {})
@@ -144,58 +193,75 @@ class KernelProcess:
         return answer
 
     def close(self) -> None:
-        if self.process is None:
+        """End the worker (the zygote lives on for the next check)."""
+        zygote, self.zygote = self.zygote, None
+        if zygote is None:
             return
-        process, self.process = self.process, None
         try:
-            process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            _kill(process)
-        process.stdout.close()
+            self.zygote = zygote
+            self._send({"op": "end"}, [])
+            reader = _Reader(zygote.process.stdout.fileno(), time.monotonic() + 10)
+            while "exited" not in self._read(reader)[0]:
+                pass
+        except (_WallLimit, EOFError, OSError, ValueError, TypeError, struct.error):
+            zygote.stop()
+        finally:
+            self.zygote = None
+            zygote.busy = False
 
     def loaded(self) -> KernelAnswer:
-        """The module's load in a (re)started process: ``returned``, or why it did not load."""
-        if self.process is None or self.process.poll() is not None:
-            self.close()
+        """The module's load in a worker, forked afresh when the last one died: ``returned``, or why
+        it did not load."""
+        if self.zygote is None:
             return self._start()
         return self.load_answer
 
     # -- frames ---------------------------------------------------------------------------------
 
-    def _ask(self, header: dict, blobs: list[bytes], cpu_budget: float) -> tuple[KernelAnswer, list[bytes]]:
-        header = {**header, "cpu_budget": cpu_budget, "blobs": [len(blob) for blob in blobs]}
-        text = json.dumps(header).encode()
+    def _send(self, header: dict, blobs: list[bytes]) -> None:
+        text = json.dumps({**header, "blobs": [len(blob) for blob in blobs]}).encode()
+        stdin = self.zygote.process.stdin
+        stdin.write(struct.pack(">I", len(text)) + text)
+        for blob in blobs:
+            stdin.write(blob)
+        stdin.flush()
+
+    def _read(self, reader: _Reader) -> tuple[dict, list[bytes]]:
+        (length,) = struct.unpack(">I", reader.read(4))
+        if length > 10_000_000:
+            raise ValueError("a header too large")
+        header = json.loads(reader.read(length))
+        sizes = header.get("blobs", []) if isinstance(header, dict) else None
+        if not isinstance(sizes, list) or sum(int(size) for size in sizes) > reader.most:
+            raise ValueError("answer blobs larger than what was sent")
+        return header, [reader.read(int(size)) for size in sizes]
+
+    def _ask(
+        self, header: dict, blobs: list[bytes], cpu_budget: float, expect_answer: bool = True
+    ) -> tuple[KernelAnswer, list[bytes]]:
+        """Send one request to the worker and read its answer (or, for ``fork``, nothing)."""
         try:
-            self.process.stdin.write(struct.pack(">I", len(text)) + text)
-            for blob in blobs:
-                self.process.stdin.write(blob)
-            self.process.stdin.flush()
+            self._send({**header, "cpu_budget": cpu_budget}, blobs)
         except (BrokenPipeError, OSError):
-            return self._died(), []
-        reader = _Reader(self.process.stdout.fileno(), time.monotonic() + WALL_LIMIT_S)
+            return self._died(None), []
+        if not expect_answer:
+            return KernelAnswer("returned"), []
+        reader = _Reader(self.zygote.process.stdout.fileno(), time.monotonic() + WALL_LIMIT_S)
+        reader.most = 4 * sum(map(len, blobs)) + 1024
         try:
-            (length,) = struct.unpack(">I", reader.read(4))
-            if length > 10_000_000:
-                raise ValueError("a header too large")
-            answer = json.loads(reader.read(length))
-            sizes = answer.get("blobs", [])
-            if not isinstance(sizes, list) or sum(int(size) for size in sizes) > 4 * sum(map(len, blobs)) + 1024:
-                raise ValueError("answer blobs larger than what was sent")
-            out = [reader.read(int(size)) for size in sizes]
+            answer, out = self._read(reader)
         except _WallLimit:
-            _kill(self.process)
-            self.process = None
+            self.zygote.stop()
+            self.zygote = None
             return KernelAnswer("no verdict", message=f"no answer within {WALL_LIMIT_S:g} s of wall-clock time"), []
         except EOFError:
-            return self._died(), []
+            return self._died(None), []
         except (ValueError, TypeError, struct.error) as error:
-            _kill(self.process)
-            self.process = None
+            self.zygote.stop()
+            self.zygote = None
             raise KernelProcessFailed(f"the kernel process broke its protocol: {error}") from None
+        if "exited" in answer:  # the worker ended before it answered: the zygote says how
+            return self._died(answer["exited"]), []
         self._last_header = answer
         if answer.get("ok"):
             return KernelAnswer("returned", printed=str(answer.get("printed", ""))[-20000:]), out
@@ -211,10 +277,14 @@ class KernelProcess:
             [],
         )
 
-    def _died(self) -> KernelAnswer:
-        process, self.process = self.process, None
-        code = process.wait()
-        process.stdout.close()
+    def _died(self, code: object) -> KernelAnswer:
+        """The worker ended without answering: ``code`` its exit status as the zygote saw it (a signal
+        negative), or None when the zygote itself is gone."""
+        zygote, self.zygote = self.zygote, None
+        zygote.busy = False
+        if not isinstance(code, int):  # the zygote is gone: its worker with it
+            zygote.stop()
+            code = zygote.process.returncode if zygote.process.returncode is not None else -signal.SIGKILL
         # A signal arrives as a negative status, or through a sandbox's launcher as 128 + signal.
         number = -code if code < 0 else code - 128 if code > 128 else 0
         if number == signal.SIGXCPU:  # the CPU limit set for the launch
@@ -283,6 +353,7 @@ class _WallLimit(Exception):
 class _Reader:
     def __init__(self, fd: int, deadline: float):
         self.fd, self.deadline = fd, deadline
+        self.most = 1 << 20  # bytes of blobs an answer may hold
 
     def read(self, count: int) -> bytes:
         chunks, left = [], count

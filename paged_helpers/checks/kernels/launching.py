@@ -17,13 +17,14 @@ Nothing here depends on the launcher: a kernel's points are the kernel's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ...running.gpu_compile import TARGETS, CompileResult, Launch, compile_launches, explain_failure, timed_out
-from ...running.kernel_process import KernelAnswer, KernelProcess
+from ...running.kernel_process import KernelAnswer, KernelProcess, KernelProcessFailed
 from ...running.kernel_source import KERNEL_CELL_RULES, KernelModule, KernelSourceRefused
 from ...running.learner_kernel import KernelUnfinished, learner_kernel
 from ..speaking.failure import CheckFailed, NotImplementedYet, NoVerdict, fail, four_parts
@@ -55,6 +56,16 @@ class KernelLaunchFailed(CheckFailed):
 class Parameter:
     name: str
     constexpr: bool = False
+
+
+@contextlib.contextmanager
+def _no_verdict_on_infrastructure() -> Iterator[None]:
+    """The kernel process could not start or broke its protocol: the machine's trouble, not the
+    kernel's (a validated kernel cannot reach the protocol's descriptors)."""
+    try:
+        yield
+    except KernelProcessFailed as error:
+        raise NoVerdict(f"the check could not run your kernel here ({error}); run the check again") from None
 
 
 def _signature_text(name: str, parameters: Sequence[Parameter]) -> str:
@@ -97,7 +108,8 @@ class KernelUnderTest:
         self.process = KernelProcess(self.module)
 
     def __enter__(self) -> KernelUnderTest:
-        loaded = self.process.loaded()
+        with _no_verdict_on_infrastructure():
+            loaded = self.process.loaded()
         if not loaded.ok:
             self._speak("loading your kernel's cell", loaded, "the kernel's cell runs without error")
         found = self.process.kernels.get(self.name)
@@ -146,9 +158,10 @@ class KernelUnderTest:
         of a stray access."""
         count_call(scenario)
         options = {"num_warps": 4}
-        answer = self.process.launch(
-            self.name, grid, args, writable=writable, cpu_budget=cpu_budget(iterations), options=options
-        )
+        with _no_verdict_on_infrastructure():
+            answer = self.process.launch(
+                self.name, grid, args, writable=writable, cpu_budget=cpu_budget(iterations), options=options
+            )
         if not answer.ok:
             self._speak(scenario, answer, "the kernel runs to its end", stray_hint)
 
@@ -203,6 +216,11 @@ class KernelUnderTest:
         where = self._where(answer)
         if "into" in facts:
             return f"{what} into {facts['into']}, which the kernel may only read{where}"
+        if facts.get("unit") == "bytes":  # compiled: found after the launch, in the bytes around the tensors
+            return (
+                f"{what} that changed {facts.get('count')} bytes outside every tensor, up to {facts.get('elements')} "
+                f"bytes {facts.get('side')} of {facts.get('near')} (found after the launch)"
+            )
         return (
             f"{what} of {facts.get('count')} of its {facts.get('of')} addresses outside every tensor, up to "
             f"{facts.get('elements')} elements {facts.get('side')} of {facts.get('near')}{where}"
