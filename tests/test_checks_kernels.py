@@ -704,3 +704,16 @@ def test_the_negative_scenarios_are_all_far_below_zero():
     inputs = prefill_inputs(prefill, torch.float32)
     scores = torch.einsum("thd,nsd->thns", inputs.q, inputs.k_pool[:, 0]) / prefill.head_dim**0.5
     assert float(scores.max()) < -104
+
+
+def _print_a_partial_line_and_leave():
+    import os
+
+    print("the last words", end="")
+    os._exit(3)
+
+
+@needs_isolation
+def test_an_isolated_call_keeps_what_it_printed_before_it_died():
+    outcome = run_isolated(_print_a_partial_line_and_leave, (), time_limit=10)
+    assert outcome.kind == "crashed" and "the last words" in outcome.printed

@@ -20,6 +20,7 @@ instead (``spawned``), which initialises CUDA itself; elsewhere the call is made
 from __future__ import annotations
 
 import faulthandler
+import io
 import os
 import pickle
 import select
@@ -68,12 +69,7 @@ def isolation_available() -> bool:
     import torch
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    return (
-        hasattr(os, "fork")
-        and sys.platform.startswith("linux")
-        and interpreted
-        and not torch.cuda.is_initialized()
-    )
+    return hasattr(os, "fork") and sys.platform.startswith("linux") and interpreted and not torch.cuda.is_initialized()
 
 
 def _to_cpu(value: Any) -> Any:
@@ -115,7 +111,11 @@ def _child(function: Callable[..., Any], args: tuple, *, result_fd: int, output_
 
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
-        sys.stdout = sys.stderr = open(output_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+        # Unbuffered: a crash or an os._exit keeps everything printed before it, a last line
+        # without its newline too.
+        sys.stdout = sys.stderr = io.TextIOWrapper(
+            open(output_fd, "wb", buffering=0, closefd=False), write_through=True
+        )
         # A segfault's traceback (pytest and ipykernel switch faulthandler on) goes to the capture too.
         faulthandler.enable(file=sys.stderr)
         # The parent's OpenMP pool did not survive the fork; one thread avoids waiting on it.
