@@ -15,6 +15,10 @@ BIN    := $(VENV)/bin
 PINS   := requirements/cpu-pins.txt
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
+# JupyterLab refuses to run as root unless told; root is what a learner is in a container or on a
+# hosted notebook service, so the lab targets tell it, and say so once.
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+ROOT_NOTE := @$(if $(AS_ROOT),echo "running as root (a container or a hosted notebook service?): JupyterLab starts with --allow-root",true)
 PYTEST_ARGS ?=
 WORKSPACE ?= workspace
 WORKSPACE_BUILD ?= .workspace-build
@@ -37,11 +41,13 @@ $(STAMP): $(PINS) pyproject.toml setup.py
 
 lab: setup
 	$(BIN)/python autograde/course.py workspace --into $(WORKSPACE) --build $(WORKSPACE_BUILD)
+	$(ROOT_NOTE)
 	cd $(WORKSPACE) && JUPYTER_CONFIG_PATH="$(LEARNER_LAB)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
-		$(abspath $(BIN))/jupyter lab $(LAB_ARGS)
+		$(abspath $(BIN))/jupyter lab $(AS_ROOT) $(LAB_ARGS)
 
 instructor: setup
-	cd notebooks && ../$(BIN)/jupyter lab $(LAB_ARGS)
+	$(ROOT_NOTE)
+	cd notebooks && ../$(BIN)/jupyter lab $(AS_ROOT) $(LAB_ARGS)
 
 publish: setup
 	@test -n "$(NB)" || { echo "usage: make publish NB=03_paged_kv_cache"; exit 2; }
@@ -51,10 +57,11 @@ publish: setup
 # nothing but the demo, so nothing else shows in Lab's file browser; demo/jupyter hides
 # nbgrader's menus and panels.
 demo: setup
+	$(ROOT_NOTE)
 	mkdir -p $(DEMO_DIR)
 	cp demo/copy_on_write.ipynb $(DEMO_DIR)/
 	cd $(DEMO_DIR) && PH_DEMO_NOTEBOOK="$(if $(NOTEBOOK),$(abspath $(NOTEBOOK)))" \
-		JUPYTER_CONFIG_PATH="$(CURDIR)/demo/jupyter" ../$(BIN)/jupyter lab copy_on_write.ipynb $(LAB_ARGS)
+		JUPYTER_CONFIG_PATH="$(CURDIR)/demo/jupyter" ../$(BIN)/jupyter lab copy_on_write.ipynb $(AS_ROOT) $(LAB_ARGS)
 
 demo-html: setup
 	mkdir -p $(DEMO_DIR)

@@ -32,11 +32,18 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def make_server(
-    target: str, state: Path, *make_vars: str, lab_args: str = "", settings: dict | None = None, timeout: float = 300
+    target: str,
+    state: Path,
+    *make_vars: str,
+    lab_args: str = "",
+    settings: dict | None = None,
+    timeout: float = 300,
+    allow_root: bool = True,
 ) -> Iterator[tuple[str, str]]:
     """Run ``make TARGET`` as a user would; yield (base URL, token) once it answers.
 
     ``settings``: JupyterLab settings files to write first, {"@jupyterlab/x/y.jupyterlab-settings": {...}}.
+    ``allow_root``: pass ``--allow-root`` ourselves (False: as a learner types it, the Makefile decides).
     """
     port, token = free_port(), secrets.token_hex(8)
     for name, values in (settings or {}).items():
@@ -55,7 +62,8 @@ def make_server(
             )
         },
     }
-    args = f"--no-browser --allow-root --ip=127.0.0.1 --port={port} --ServerApp.token={token} {lab_args}"
+    root = "--allow-root " if allow_root else ""
+    args = f"--no-browser {root}--ip=127.0.0.1 --port={port} --ServerApp.token={token} {lab_args}"
     log = (state / f"{target}.log").open("w")
     server = subprocess.Popen(
         ["make", "--no-print-directory", target, f"LAB_ARGS={args}", *make_vars],
@@ -96,5 +104,3 @@ def page_config(base: str, token: str) -> dict:
     assert status == 200 and b"JupyterLab" in page
     match = re.search(rb'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S)
     return json.loads(match.group(1))
-
-

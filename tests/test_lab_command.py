@@ -8,6 +8,7 @@ solution or rubric text in anything served, nbgrader's instructor tools switched
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -44,3 +45,15 @@ def test_make_instructor_serves_the_source_with_nbgrader(tmp_path):
         assert status == 200 and "### BEGIN SOLUTION" in body.decode()
         disabled = set(page_config(base, token).get("disabledExtensions", []))
         assert "@jupyter/nbgrader:create-assignment" not in disabled
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs as root only where the tests run as root (CI, containers)")
+def test_make_lab_as_root_starts_without_being_told(tmp_path):
+    """Root is what a learner is in a container or on a hosted notebook: JupyterLab refuses it unless
+    told (--allow-root); `make lab`, typed as it is, tells it and says so once."""
+    with make_server("lab", tmp_path, f"WORKSPACE={tmp_path / 'workspace'}", allow_root=False) as (base, token):
+        status, _ = get(f"{base}/api/contents?token={token}")
+        assert status == 200
+    log = (tmp_path / "lab.log").read_text()
+    assert log.count("running as root") == 1, log
