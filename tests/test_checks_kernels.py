@@ -169,7 +169,7 @@ def test_a_grouped_kernel_with_private_helpers_and_constexpr_constants_passes():
     check_paged_decode_kernel(LearnerKernel.from_text(GROUPED_DECODE, "paged_decode_kernel"))
 
 
-def test_the_kernels_judged_are_the_cells_text_not_a_launcher():
+def test_a_kernel_defined_in_a_cell_is_read_from_the_cells_ipython_ran():
     """A kernel written in a notebook cell is read from the cells the Jupyter kernel ran (its history)."""
     source = kernel_source(DECODE, "paged_decode_kernel")
     namespace = {"_ih": ["", "import torch", source, "print('a try-it cell')"]}
@@ -323,9 +323,10 @@ def test_a_refused_kernel_cell_names_the_line_and_the_rule(tmp_path):
     assert "code cell" in message and "(rule: names)" in message and "the rules for kernel cells" in message
 
 
-def test_a_launcher_doing_the_math_cannot_carry_a_copy_kernel(tmp_path):
-    """The hostile design of issue 35: the launcher computes the answer in torch (under any context
-    manager) and launches a kernel that only copies it into ``out``. The kernel is judged alone."""
+def test_a_kernel_that_only_copies_fails_the_kernel_check(tmp_path):
+    """The kernel of issue 35's hostile design (its launcher computes the answer in torch and launches
+    a kernel that only copies it into ``out``): judged alone, it fails. The whole design through a
+    real clean run: ``test_verdict_boundary.test_a_torch_launcher_with_a_copy_kernel_gets_no_kernel_points``."""
     copy_kernel = kernel_variant(
         tmp_path,
         DECODE,

@@ -210,22 +210,9 @@ def _ro(path: Path) -> list[str]:
     return ["--ro-bind", str(path), str(path)] if path.exists() else []
 
 
-def bwrap_args(
-    submission: Submission,
-    scratch: Path,
-    writable: list[Path] = (),
-    readable: list[Path] = (),
-    limits: Limits = Limits(),
-    scratch_writable: bool = True,
-    package: Path | None = None,
-) -> list[str]:
-    """The bubblewrap command line (without the command to run) for one student's code.
-
-    ``scratch`` (a folder of the grader's) is mounted where the student's ``autograded/<student>/``
-    would be; the real one is not mounted at all. ``package`` (a folder of the grader's), when
-    given, is mounted where the package is installed instead of the package itself: the learner's
-    view of it (``package_view``), without checks or references.
-    """
+def _system_args(limits: Limits) -> list[str]:
+    """The start of every sandbox's command line: no network or other namespace shared, no
+    capability, the system read-only (``/usr``, ``/etc`` and the library links), a small ``/tmp``."""
     args = [
         require_bwrap(),
         "--unshare-all",  # network, pid, ipc, uts, cgroup namespaces
@@ -244,7 +231,26 @@ def bwrap_args(
             args += ["--symlink", os.readlink(link), str(link)]
         elif link.is_dir():
             args += ["--ro-bind", str(link), str(link)]
-    args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    return [*args, "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+
+
+def bwrap_args(
+    submission: Submission,
+    scratch: Path,
+    writable: list[Path] = (),
+    readable: list[Path] = (),
+    limits: Limits = Limits(),
+    scratch_writable: bool = True,
+    package: Path | None = None,
+) -> list[str]:
+    """The bubblewrap command line (without the command to run) for one student's code.
+
+    ``scratch`` (a folder of the grader's) is mounted where the student's ``autograded/<student>/``
+    would be; the real one is not mounted at all. ``package`` (a folder of the grader's), when
+    given, is mounted where the package is installed instead of the package itself: the learner's
+    view of it (``package_view``), without checks or references.
+    """
+    args = _system_args(limits)
     for path in python_runtime_dirs():
         args += _ro(path)
     args += ["--ro-bind", str(package), str(installed_package_dir())] if package else _ro(installed_package_dir())
@@ -278,26 +284,7 @@ def kernel_process_prefix() -> list[str]:
     kernel_process``): it runs a learner's validated Triton module on inputs it is sent, so it sees
     no course file at all (no submission, gradebook, key or source), only the system, the
     interpreter and the package; no network; an empty, read-only root but for its own /tmp."""
-    args = [
-        require_bwrap(),
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop", "ALL",
-        "--proc", "/proc",
-        "--dev", "/dev",
-        "--ro-bind", "/usr", "/usr",
-        "--ro-bind", "/etc", "/etc",
-    ]  # fmt: skip
-    for name in ("bin", "sbin", "lib", "lib64", "lib32"):
-        link = Path("/") / name
-        if link.is_symlink():
-            args += ["--symlink", os.readlink(link), str(link)]
-        elif link.is_dir():
-            args += ["--ro-bind", str(link), str(link)]
-    args += ["--size", str(Limits().tmp_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    args = [*_system_args(Limits()), "--new-session"]
     for path in [*python_runtime_dirs(), installed_package_dir()]:
         args += _ro(path)
     args += _environment_args()

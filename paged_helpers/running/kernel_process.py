@@ -194,11 +194,10 @@ class KernelProcess:
 
     def close(self) -> None:
         """End the worker (the zygote lives on for the next check)."""
-        zygote, self.zygote = self.zygote, None
-        if zygote is None:
+        if self.zygote is None:
             return
+        zygote = self.zygote
         try:
-            self.zygote = zygote
             self._send({"op": "end"}, [])
             reader = _Reader(zygote.process.stdout.fileno(), time.monotonic() + 10)
             while "exited" not in self._read(reader)[0]:

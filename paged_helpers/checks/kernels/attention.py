@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -247,6 +248,13 @@ _DECODE_HINT = (
     "update (m, l, acc)."
 )
 
+_PREFILL_HINT = (
+    "Compare your kernel with the reference on this scenario alone. Check, in order: the query positions "
+    "(start + row), the loop over blocks from logical block 0 up to the block of the tile's last position, "
+    "the causal mask (key_position <= query_position), the rows past the last new token (masked on load "
+    "and store), the scale, and the online-softmax update."
+)
+
 
 def _decode_args(inputs: DecodeInputs, out: torch.Tensor) -> list:
     """The kernel's arguments, as notebook 07 states them."""
@@ -259,109 +267,89 @@ def _decode_args(inputs: DecodeInputs, out: torch.Tensor) -> list:
     ]  # fmt: skip
 
 
-def _decode_iterations(inputs: DecodeInputs) -> int:
-    batch, heads, _ = inputs.q.shape
-    return batch * heads * max(1, inputs.block_tables.shape[1])
-
-
-def _decode_gpu_launch(kernel: KernelUnderTest, case: DecodeCase, dtype: str):
-    inputs = decode_inputs(case, torch.float16)
-    args = [tensor_argument(a) if isinstance(a, torch.Tensor) else a for a in _decode_args(inputs, inputs.q)]
-    return kernel.gpu_launch([dtype if a == "float16" else a for a in args])
-
-
-# Compiled as bfloat16, the GPU's serving dtype (the interpreter has no bfloat16).
-_GPU_DTYPE = "bfloat16"
-
-
-@check(notebook="07_paged_decode_kernel", builds="paged_decode_kernel", kernel=True)
-def check_paged_decode_kernel(paged_decode_kernel: object, seed: int = 0) -> None:
-    """paged_decode_kernel, launched by the check with grid (B, heads), against the reference."""
-    with KernelUnderTest(paged_decode_kernel, "paged_decode_kernel", DECODE_PARAMETERS) as kernel:
-        for case, dtype in _plan(KERNEL_DECODE_CASES):
-            inputs = decode_inputs(case, dtype, seed)
-            scenario = f"{case.scenario} [{_dtype_word(dtype)}]"
-            out = torch.full_like(inputs.q, UNWRITTEN)
-            batch, heads, _ = inputs.q.shape
-            kernel.launch(
-                scenario,
-                (batch, heads),
-                _decode_args(inputs, out),
-                writable={5},
-                iterations=_decode_iterations(inputs),
-                stray_hint=_PAGED_ADDRESSES,
-            )
-            got = out.double().cpu()
-            expected = paged_decode_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
-            if _close(got, expected, dtype):
-                continue
-            _judge_output(scenario, got, "your kernel")
-            _explain_mismatch(
-                scenario,
-                got,
-                expected,
-                dtype,
-                DECODE_BUGS,
-                lambda bug, inputs=inputs: decode_as(bug, inputs),
-                _DECODE_HINT + _dtype_hint(dtype),
-                _DECODE_AXES,
-                _negative_hint(case) + _stale_hint(case),
-            )
-        kernel.compile_for_gpu([_decode_gpu_launch(kernel, case, _GPU_DTYPE) for case in GPU_COMPILE_DECODE_CASES])
-
-
-_PREFILL_HINT = (
-    "Compare your kernel with the reference on this scenario alone. Check, in order: the query positions "
-    "(start + row), the loop over blocks from logical block 0 up to the block of the tile's last position, "
-    "the causal mask (key_position <= query_position), the rows past the last new token (masked on load "
-    "and store), the scale, and the online-softmax update."
-)
-
-
-def _prefill_args(inputs: PrefillInputs, out: torch.Tensor, tile: int) -> list:
-    """The kernel's arguments, as notebook 09 states them."""
+def _prefill_args(inputs: PrefillInputs, out: torch.Tensor) -> list:
+    """The kernel's arguments, as notebook 09 states them (TILE: ``PREFILL_TILE``)."""
     new_tokens, heads, head_dim = inputs.q.shape
     k_pool = inputs.k_pool
     return [
         inputs.q, k_pool, inputs.v_pool, inputs.block_table, out,
         inputs.start, new_tokens, heads, heads // k_pool.shape[1], 1.0 / math.sqrt(head_dim),
-        k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), head_dim, inputs.block_size, tile,
+        k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), head_dim, inputs.block_size, PREFILL_TILE,
     ]  # fmt: skip
 
 
-def _prefill_grid(inputs: PrefillInputs, tile: int) -> tuple[int, int]:
-    new_tokens, heads, _ = inputs.q.shape
-    return -(-new_tokens // tile), heads
+@dataclass(frozen=True)
+class _AttentionKernel:
+    """What one attention kernel's check states: its signature, how it is launched, what it is held to."""
+
+    name: str
+    parameters: tuple[Parameter, ...]
+    cases: tuple  # the scenarios, drawn by ``inputs(case, dtype, seed)``
+    gpu_cases: tuple  # the shapes it is compiled at for CUDA targets
+    inputs: Callable  # (case, dtype, seed) -> DecodeInputs | PrefillInputs
+    args: Callable  # (inputs, out) -> the arguments, in the signature's order
+    grid: Callable  # inputs -> the grid the notebook states
+    table_width: Callable  # inputs -> blocks a program may walk (its budget's measure)
+    reference: Callable
+    bugs: tuple[Bug, ...]
+    replay: Callable  # (bug, inputs) -> the answer with that bug
+    hint: str
+    axes: tuple[str, str, str]
 
 
-def _prefill_gpu_launch(kernel: KernelUnderTest, case, dtype: str):
-    inputs = prefill_inputs(case, torch.float16)
-    args = [
-        tensor_argument(a) if isinstance(a, torch.Tensor) else a for a in _prefill_args(inputs, inputs.q, PREFILL_TILE)
-    ]
-    return kernel.gpu_launch([dtype if a == "float16" else a for a in args], {"num_warps": 4})
+_DECODE = _AttentionKernel(
+    "paged_decode_kernel",
+    DECODE_PARAMETERS,
+    KERNEL_DECODE_CASES,
+    GPU_COMPILE_DECODE_CASES,
+    decode_inputs,
+    _decode_args,
+    lambda inputs: tuple(inputs.q.shape[:2]),  # (B, heads)
+    lambda inputs: inputs.block_tables.shape[1],
+    paged_decode_reference,
+    DECODE_BUGS,
+    decode_as,
+    _DECODE_HINT,
+    _DECODE_AXES,
+)
+_PREFILL = _AttentionKernel(
+    "paged_prefill_kernel",
+    PREFILL_PARAMETERS,
+    KERNEL_PREFILL_CASES,
+    GPU_COMPILE_PREFILL_CASES,
+    prefill_inputs,
+    _prefill_args,
+    lambda inputs: (-(-inputs.q.shape[0] // PREFILL_TILE), inputs.q.shape[1]),  # (cdiv(T, TILE), heads)
+    lambda inputs: inputs.block_table.shape[0],
+    paged_prefill_reference,
+    PREFILL_BUGS,
+    prefill_as,
+    _PREFILL_HINT,
+    _PREFILL_AXES,
+)
+
+# Compiled as bfloat16, the GPU's serving dtype (the interpreter has no bfloat16).
+_GPU_DTYPE = "bfloat16"
 
 
-@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_kernel", kernel=True)
-def check_paged_prefill_kernel(paged_prefill_kernel: object, seed: int = 0) -> None:
-    """paged_prefill_kernel, launched by the check with TILE = 16 and grid (cdiv(T, 16), heads)."""
-    with KernelUnderTest(paged_prefill_kernel, "paged_prefill_kernel", PREFILL_PARAMETERS) as kernel:
-        for case, dtype in _plan(KERNEL_PREFILL_CASES):
-            inputs = prefill_inputs(case, dtype, seed)
+def _check_attention_kernel(learner_kernel: object, spec: _AttentionKernel, seed: int) -> None:
+    """Launch the learner's kernel on every scenario of ``spec``, compare, name the bug; then compile it."""
+    with KernelUnderTest(learner_kernel, spec.name, spec.parameters) as kernel:
+        for case, dtype in _plan(spec.cases):
+            inputs = spec.inputs(case, dtype, seed)
             scenario = f"{case.scenario} [{_dtype_word(dtype)}]"
             out = torch.full_like(inputs.q, UNWRITTEN)
-            grid = _prefill_grid(inputs, PREFILL_TILE)
-            blocks = inputs.block_table.shape[0]
+            grid, args = spec.grid(inputs), spec.args(inputs, out)
             kernel.launch(
                 scenario,
                 grid,
-                _prefill_args(inputs, out, PREFILL_TILE),
-                writable={4},
-                iterations=grid[0] * grid[1] * blocks,
+                args,
+                writable={next(index for index, arg in enumerate(args) if arg is out)},
+                iterations=math.prod(grid) * max(1, spec.table_width(inputs)),
                 stray_hint=_PAGED_ADDRESSES,
             )
             got = out.double().cpu()
-            expected = paged_prefill_reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
+            expected = spec.reference(*inputs.args(), compute_dtype=torch.float64).double().cpu()
             if _close(got, expected, dtype):
                 continue
             _judge_output(scenario, got, "your kernel")
@@ -370,13 +358,30 @@ def check_paged_prefill_kernel(paged_prefill_kernel: object, seed: int = 0) -> N
                 got,
                 expected,
                 dtype,
-                PREFILL_BUGS,
-                lambda bug, inputs=inputs: prefill_as(bug, inputs),
-                _PREFILL_HINT + _dtype_hint(dtype),
-                _PREFILL_AXES,
+                spec.bugs,
+                lambda bug, inputs=inputs: spec.replay(bug, inputs),
+                spec.hint + _dtype_hint(dtype),
+                spec.axes,
                 _negative_hint(case) + _stale_hint(case),
             )
-        kernel.compile_for_gpu([_prefill_gpu_launch(kernel, case, _GPU_DTYPE) for case in GPU_COMPILE_PREFILL_CASES])
+        launches = []
+        for case in spec.gpu_cases:
+            inputs = spec.inputs(case, torch.float16)
+            described = [tensor_argument(a) if isinstance(a, torch.Tensor) else a for a in spec.args(inputs, inputs.q)]
+            launches.append(kernel.gpu_launch([_GPU_DTYPE if a == "float16" else a for a in described]))
+        kernel.compile_for_gpu(launches)
+
+
+@check(notebook="07_paged_decode_kernel", builds="paged_decode_kernel", kernel=True)
+def check_paged_decode_kernel(paged_decode_kernel: object, seed: int = 0) -> None:
+    """paged_decode_kernel, launched by the check with grid (B, heads), against the reference."""
+    _check_attention_kernel(paged_decode_kernel, _DECODE, seed)
+
+
+@check(notebook="09_paged_prefill_kernel", builds="paged_prefill_kernel", kernel=True)
+def check_paged_prefill_kernel(paged_prefill_kernel: object, seed: int = 0) -> None:
+    """paged_prefill_kernel, launched by the check with TILE = 16 and grid (cdiv(T, 16), heads)."""
+    _check_attention_kernel(paged_prefill_kernel, _PREFILL, seed)
 
 
 # --------------------------------------------------------------------------- the launchers
