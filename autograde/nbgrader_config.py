@@ -79,6 +79,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
+    # After the grades are saved: only what the autograded notebook shows changes (no script,
+    # handler or script link of a student's output or written answer; paged_grading/safe_outputs.py).
+    "paged_grading.safe_outputs.SafeOutputs",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
@@ -92,6 +95,7 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "paged_grading.outputs.HideTestTracebacks",
     "paged_grading.outputs.LimitOutputs",
+    "paged_grading.safe_outputs.SafeOutputs",  # again: nothing a student's cell shows runs on the page
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

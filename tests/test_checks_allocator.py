@@ -11,8 +11,9 @@ from collections import deque
 import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_block_allocator
+from paged_helpers.checks.allocator import HIDDEN_KINDS
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from lying_values import EqualsAnything
 from student_release import release_definition
 
@@ -235,21 +236,36 @@ def _capped_share(right):
     return CappedShare
 
 
-def test_hidden_scenarios_catch_what_the_visible_ones_miss(right, capsys):
+def test_hidden_scenarios_catch_what_the_visible_ones_miss_in_every_draw(right, capsys):
+    """A share() that stops counting at 7 passes the visible scenarios; every hidden draw catches it
+    (the seed sizes the kinds, never which run or how far), and the message shows no number of it."""
     wrong = _capped_share(right)
     for seed in (0, 2026):
         check_block_allocator(wrong, seed=seed)  # the visible scenarios and the kernel's hidden seed pass
-    failures = []
-    for seed in range(123456, 123466):  # as a grader's secret seeds would be
+    kinds = tuple(f"a hidden scenario failed: {kind}" for kind in HIDDEN_KINDS)
+    for seed in SECRET_SEEDS:  # as a grader's secret seeds would be
+        with pytest.raises(AssertionError) as caught:
+            check_block_allocator(wrong, seed=seed, hidden=True)
+        message = str(caught.value)
+        assert message.startswith(kinds), message
+        assert str(seed) not in message and "pool of" not in message and "expected:" not in message, message
+        assert "add 1 to its count" in message
+
+
+@pytest.mark.parametrize("make_wrong", [*WRONG, _capped_share], ids=lambda f: f.__name__)
+def test_every_wrong_allocator_fails_every_hidden_draw(right, make_wrong):
+    """The hidden kinds run in full whatever the seed, so a bug they catch at one secret seed they catch
+    at all of them: resubmitting until a draw misses it gains nothing."""
+    wrong = make_wrong(right)
+    passed = []
+    for seed in SECRET_SEEDS:
         try:
             check_block_allocator(wrong, seed=seed, hidden=True)
         except AssertionError as error:
-            failures.append((seed, str(error)))
-    assert failures, "no hidden scenario caught a share() that stops counting at 7"
-    seed, message = failures[0]
-    assert message.startswith("a hidden scenario failed: one block shared by many tables"), message
-    assert str(seed) not in message and "pool of" not in message and "expected:" not in message, message
-    assert "add 1 to its count" in message
+            assert str(error).startswith("a hidden scenario failed: "), error
+        else:
+            passed.append(seed)
+    assert not passed, f"{make_wrong.__name__} passed the hidden scenarios at seeds {passed}"
 
 
 def test_the_instructor_solution_passes_the_hidden_scenarios(right):

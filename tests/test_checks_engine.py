@@ -13,7 +13,7 @@ import torch
 from paged_helpers.checks import NotImplementedYet, check_engine
 from paged_helpers.serving import Sequence, sample_seed
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from lying_values import EqualsAnything, SaysEqual
 from student_release import release_definition
 
@@ -676,20 +676,28 @@ def test_relabelling_keeps_every_shared_prefix():
 def test_right_engine_passes_hidden_parts(part, right):
     import random
 
-    for seed in (random.getrandbits(31) for _ in range(3)):
+    for seed in (*SECRET_SEEDS, *(random.getrandbits(31) for _ in range(3))):
         check_engine(*right, parts=part, seed=seed, hidden=True)
 
 
-HIDDEN_BUGS = ["samples_mid_prompt", "preempts_oldest", "accepts_impossible_request", "samples_share_one_seed"]
+def _hidden_part(part, seed):
+    """check_engine as the hidden test cell of ``part`` calls it, at ``seed``."""
+
+    def hidden_call(*classes):
+        return check_engine(*classes, parts=part, seed=seed, hidden=True)
+
+    return hidden_call
 
 
-@pytest.mark.parametrize("bug", HIDDEN_BUGS)
+@pytest.mark.parametrize("bug", sorted(WRONG))
 def test_hidden_parts_fail_wrong_engines_without_numbers(bug, right, failing_message):
+    """Issue 36: every wrong engine fails the hidden call of its part at every one of the SECRET_SEEDS
+    (each part serves its visible workload's full size, relabelled, and the sampling request's n is fixed),
+    and the message names the part's workload, none of its numbers."""
     engine, cache, prefix = right
     wrong = type(bug, (engine,), WRONG[bug])
     part, _ = MESSAGES[bug]
-    message = failing_message(
-        lambda *impl: check_engine(*impl, parts=part, seed=1_234_567_891, hidden=True), wrong, cache, prefix
-    )
-    assert "a hidden scenario failed" in message and f"the {part} workload" in message, message
-    assert "expected:" not in message, message
+    for seed in SECRET_SEEDS:
+        message = failing_message(_hidden_part(part, seed), wrong, cache, prefix)
+        assert "a hidden scenario failed" in message and f"the {part} workload" in message, f"seed {seed}: {message}"
+        assert "expected:" not in message, f"seed {seed}: {message}"

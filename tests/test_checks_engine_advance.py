@@ -16,7 +16,7 @@ from test_checks_engine import EARLIER, NOTEBOOK
 from paged_helpers.checks import NotImplementedYet, check_engine_advance
 from paged_helpers.serving import sample_token
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from student_release import release_definition
 
 
@@ -116,8 +116,20 @@ def test_another_correct_advance_passes():
         check_engine_advance(other, cache, prefix, seed=seed, hidden=True)
 
 
+# Issue 36: the grader draws a fresh secret seed for every submission, so a wrong _advance must fail the
+# hidden call at every seed: the edges of the seed space, and the 31-bit SECRET_SEEDS.
+HIDDEN_SEEDS = (1, 2026, 987654321, 2**31 - 1, *SECRET_SEEDS)
+
+
+def _hidden_call(seed):
+    def hidden_call(*classes):
+        return check_engine_advance(*classes, seed=seed, hidden=True)
+
+    return hidden_call
+
+
 def test_right_advance_passes_hidden_scenarios_at_random_seeds():
-    for seed in (random.getrandbits(31) for _ in range(50)):
+    for seed in (*HIDDEN_SEEDS, *(random.getrandbits(31) for _ in range(50))):
         check_engine_advance(*_classes(), seed=seed, hidden=True)
 
 
@@ -133,16 +145,35 @@ def test_check_names_the_bug(bug, failing_message):
 
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
-@pytest.mark.parametrize("seed", (1, 2026, 987654321, 2**31 - 1))
-def test_hidden_call_fails_the_bug_without_numbers(bug, seed, failing_message):
-    """The hidden call (the grader's seed) fails each wrong _advance too, whatever the seed (each hidden
-    step holds every kind of chunk), and its message shows the hint, not the drawn scenario."""
+def test_hidden_call_fails_the_bug_without_numbers(bug, failing_message):
+    """The hidden call (the grader's seed) fails each wrong _advance too, at every seed (each hidden step
+    holds every kind of chunk and three more, its logits drawn so that each sampling mistake draws another
+    token), and its message shows the hint, not the drawn scenario."""
     method, _ = WRONG[bug]
     engine, cache, prefix = _classes()
     wrong = type(bug, (engine,), dict(_advance=method))
-    message = failing_message(lambda *impl: check_engine_advance(*impl, seed=seed, hidden=True), wrong, cache, prefix)
-    assert "a hidden scenario failed" in message and "hint:" in message, message
-    assert "expected:" not in message, message
+    for seed in HIDDEN_SEEDS:
+        message = failing_message(_hidden_call(seed), wrong, cache, prefix)
+        assert "a hidden scenario failed" in message and "hint:" in message, f"seed {seed}: {message}"
+        assert "expected:" not in message, f"seed {seed}: {message}"
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_each_hidden_step_catches_the_bug_in_every_draw(bug, failing_message):
+    """Issue 36: no draw lets a step miss a mistake (a fork whose samples happen to draw the parent's token,
+    logits whose sampled tokens are all the argmax): each kind of ``ADVANCE_KINDS``, run alone, fails every
+    wrong _advance at every seed, and the message names that kind."""
+    from paged_helpers.checks.engine.advance import ADVANCE_KINDS
+    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+
+    method, _ = WRONG[bug]
+    engine, cache, prefix = _classes()
+    classes = (type(bug, (engine,), dict(_advance=method)), cache, prefix)
+    for description, step in ADVANCE_KINDS.items():
+        alone = {description: lambda classes, rng, step=step: step.draw(rng).run(classes)}
+        for seed in HIDDEN_SEEDS:
+            message = failing_message(run_hidden_scenarios, alone, seed, classes)
+            assert f"a hidden scenario failed: {description}." in message, f"seed {seed}: {message}"
 
 
 def test_release_says_not_implemented_yet(tmp_path):

@@ -8,6 +8,8 @@ most replacements are the wrong engines of test_checks_engine, which the end-to-
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import test_checks_engine as wrong_engines
 from test_checks_engine import EARLIER, NOTEBOOK
@@ -21,7 +23,7 @@ from paged_helpers.checks import (
 )
 from paged_helpers.serving import Sequence
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from lying_values import EqualsAnything
 from student_release import release_definition
 
@@ -345,30 +347,126 @@ def test_too_small_a_spare_is_named_with_its_count(failing_message):
 
 # --------------------------------------------------------------------------- issue 24: the hidden scenarios
 
-HIDDEN_SEEDS = (1, 2026, 1_234_567_891, 2**31 - 1)
+# Issue 36: the grader draws a fresh secret seed for every submission, so a wrong stage must fail the
+# hidden call at every seed: the edges of the seed space, and the 31-bit SECRET_SEEDS.
+HIDDEN_SEEDS = (1, 2026, 1_234_567_891, 2**31 - 1, *SECRET_SEEDS)
+
+KIND_NAMES = {
+    "queue": "a queue behind a cached prompt: admission in order, eviction, the first that does not fit",
+    "idle": "an idle engine admitting a request of the whole pool",
+    "front door": "the front door: a request too long for the pool, one of exactly the pool, one that fits later",
+    "spare": "two prompts that fill the pool but leave less than its 1% spare",
+    "batch": "a running batch of decoders, prefills and readmitted sequences",
+    "another batch": "another running batch, with its own chunk size and budget",
+    "room": "a pool with room for every planned chunk",
+    "evict": "a pool that runs short, where evicting the cached prompt is enough",
+    "preempt": "a pool that runs short with several sequences running: someone is preempted",
+    "fork": "forking a request whose prompt was just prefilled",
+    "finish order": "a request whose samples finish out of order",
+}
+# Each wrong stage -> the hidden kinds that catch it in every draw (a kind not named may catch it in some).
+CAUGHT_BY = {
+    "accepts_impossible_request": ("front door",),
+    "rejects_requests_that_fit_later": ("front door", "idle"),
+    "sample_zero_with_request_seed": ("front door", "queue", "idle", "spare"),
+    "admits_newest_first": ("queue", "spare"),
+    "no_undo_after_refused_admission": ("queue", "spare"),
+    "admits_without_room": ("queue", "spare"),
+    "admission_never_evicts": ("queue",),
+    "counts_hits_of_refused_admissions": ("queue",),
+    "admissions_not_recorded": ("queue",),
+    "idle_engine_waits_for_room": ("idle",),
+    "admits_without_spare": ("spare",),
+    "ignores_step_budget": ("batch", "another batch"),
+    "ignores_chunk_size": ("batch", "another batch"),
+    "decoders_only_with_leftover_budget": ("batch", "another batch"),
+    "newest_prefill_first": ("batch", "another batch"),
+    "plan_advances_num_cached": ("batch", "another batch"),
+    "no_reserve": ("room", "evict", "preempt"),
+    "waits_instead_of_preempting": ("evict", "preempt"),
+    "preempts_oldest": ("preempt",),
+    "preempts_before_evicting": ("evict",),
+    "preempted_to_back_of_queue": ("preempt",),
+    "preempt_keeps_blocks": ("preempt",),
+    "preemption_not_counted": ("preempt",),
+    "fork_by_shallow_copy": ("fork",),
+    "samples_share_one_seed": ("fork",),
+    "fork_without_cache_fork": ("fork",),
+    "forked_samples_not_running": ("fork", "finish order"),
+    "parent_left_unforked": ("fork",),
+    "samples_reported_in_finishing_order": ("finish order",),
+}
+
+
+def _hidden_call(check, seed):
+    """``check`` as the hidden test cell calls it, at ``seed``."""
+
+    def hidden_call(*implementations):
+        return check(*implementations, seed=seed, hidden=True)
+
+    return hidden_call
+
+
+def test_every_wrong_stage_names_the_kinds_that_catch_it():
+    from paged_helpers.checks.engine import stages as engine_stages
+
+    kinds = {
+        **engine_stages.ADMISSION_KINDS,
+        **engine_stages.PLAN_KINDS,
+        **engine_stages.RESERVE_KINDS,
+        **engine_stages.FORK_KINDS,
+    }
+    assert set(CAUGHT_BY) == set(WRONG)
+    assert set(KIND_NAMES.values()) == set(kinds)
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_right_stage_passes_hidden_scenarios_at_random_seeds(stage):
-    import random
-
     check, name = STAGES[stage]
-    for seed in [random.getrandbits(31) for _ in range(30)]:
+    for seed in [*HIDDEN_SEEDS, *(random.getrandbits(31) for _ in range(30))]:
         check(solution(NOTEBOOK, name), *_partners(), seed=seed, hidden=True)
 
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
-@pytest.mark.parametrize("seed", HIDDEN_SEEDS)
-def test_hidden_call_fails_every_wrong_stage(bug, seed, failing_message):
-    """The hidden call catches each wrong stage whatever the seed (each hidden kind is drawn so that the
-    mistake shows: a queue where the room rule decides, a pool where someone must be preempted, a
-    batch where every planning mistake plans otherwise), and its message shows the hint, no numbers."""
+def test_hidden_call_fails_every_wrong_stage(bug, failing_message):
+    """The hidden call catches each wrong stage at every seed (each hidden kind runs in every draw, at full
+    size, drawn so that the mistake shows: a queue where the room rule decides, a pool where someone must
+    be preempted, a batch where every planning mistake plans otherwise), and its message shows the hint,
+    no numbers."""
     stage, methods, _ = WRONG[bug]
     check, name = STAGES[stage]
     wrong = type(bug, (solution(NOTEBOOK, name),), methods)
-    message = failing_message(lambda *impl: check(*impl, seed=seed, hidden=True), wrong, *_partners())
-    assert "a hidden scenario failed" in message and "hint:" in message, message
-    assert "expected:" not in message, message
+    for seed in HIDDEN_SEEDS:
+        message = failing_message(_hidden_call(check, seed), wrong, *_partners())
+        assert "a hidden scenario failed" in message and "hint:" in message, f"seed {seed}: {message}"
+        assert "expected:" not in message, f"seed {seed}: {message}"
+
+
+@pytest.mark.parametrize("bug", sorted(WRONG))
+def test_each_kind_meant_for_a_wrong_stage_catches_it_in_every_draw(bug, failing_message):
+    """Issue 36: no draw makes a kind miss a mistake it is meant for (a pool whose plan needs no block, a
+    queue with no request left waiting, a fork of one sample): each kind of ``CAUGHT_BY[bug]``, run alone,
+    fails the wrong stage at every seed, and the message names that kind."""
+    import functools
+
+    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+
+    stage, methods, _ = WRONG[bug]
+    _, name = STAGES[stage]
+    classes = (type(bug, (solution(NOTEBOOK, name),), methods), *_partners())
+    kinds = {
+        **engine_stages.ADMISSION_KINDS,
+        **engine_stages.PLAN_KINDS,
+        **engine_stages.RESERVE_KINDS,
+        **engine_stages.FORK_KINDS,
+    }
+    for kind in CAUGHT_BY[bug]:
+        description = KIND_NAMES[kind]
+        alone = {description: functools.partial(engine_stages._draw_and_run, kinds[description])}
+        for seed in HIDDEN_SEEDS:
+            message = failing_message(run_hidden_scenarios, alone, seed, classes)
+            assert f"a hidden scenario failed: {description}." in message, f"{kind}, seed {seed}: {message}"
 
 
 def test_the_visible_scenarios_keep_their_answers():

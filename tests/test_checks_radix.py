@@ -11,7 +11,7 @@ import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_cache_aware_order, check_radix_cache
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from lying_values import EqualsAnything
 from student_release import release_definition
 
@@ -308,6 +308,56 @@ WRONG_ORDERS = {
 def test_order_check_names_the_bug(wrong, failing_message):
     message = failing_message(check_cache_aware_order, wrong)
     assert WRONG_ORDERS[wrong] in message, message
+
+
+# Each wrong order -> the hidden queues that catch it in every draw (a queue of one request catches only
+# an order that drops it; a queue with no starving request, only the slips that show without one).
+LONG, STARVING, ONE, MIXED = (
+    "a long queue with many ties in cached tokens",
+    "a queue where several requests starve",
+    "a queue of one request",
+    "a mixed queue",
+)
+CAUGHT_BY = {
+    order_ascending: (LONG, STARVING, MIXED),
+    order_without_guard: (STARVING, MIXED),
+    order_ties_by_id: (LONG, MIXED),
+    order_starving_by_cache: (STARVING, MIXED),
+    order_guard_off_by_one: (STARVING, MIXED),
+    order_in_place: (LONG, STARVING, MIXED),
+    order_drops_starving: (STARVING, ONE, MIXED),
+}
+
+
+def _hidden_order(seed):
+    def hidden_call(order):
+        return check_cache_aware_order(order, seed=seed, hidden=True)
+
+    return hidden_call
+
+
+def test_right_order_passes_the_secret_seeds():
+    from paged_helpers.checks.radix.tree import _HIDDEN_QUEUES
+
+    assert {LONG, STARVING, ONE, MIXED} == set(_HIDDEN_QUEUES) and set(CAUGHT_BY) == set(WRONG_ORDERS)
+    for seed in SECRET_SEEDS:
+        check_cache_aware_order(solution(NOTEBOOK, "cache_aware_order"), seed=seed, hidden=True)
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_ORDERS), ids=lambda f: f.__name__)
+def test_hidden_queues_fail_every_wrong_order_at_every_seed(wrong, failing_message):
+    """Issue 36: every draw holds each kind of queue at its full size, with its starving requests (one of
+    them waited exactly max_wait rounds where it matters): each wrong order fails the hidden call at every
+    one of the SECRET_SEEDS, and each kind of ``CAUGHT_BY`` run alone fails it too, naming that kind."""
+    from paged_helpers.checks.radix.tree import _HIDDEN_QUEUES
+    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+
+    for seed in SECRET_SEEDS:
+        message = failing_message(_hidden_order(seed), wrong)
+        assert "a hidden scenario failed" in message and "expected:" not in message, f"seed {seed}: {message}"
+        for kind in CAUGHT_BY[wrong]:
+            message = failing_message(run_hidden_scenarios, {kind: _HIDDEN_QUEUES[kind]}, seed, wrong)
+            assert f"a hidden scenario failed: {kind}." in message, f"{kind}, seed {seed}: {message}"
 
 
 def test_release_says_not_implemented_yet(tmp_path, right):

@@ -161,6 +161,9 @@ ACROSS = [
     ("06_triton_warmup", "check_gather_rows_kernel", ["gather_rows_kernel"]),
     ("06_triton_warmup", "check_softmax_kernel", ["softmax_kernel"]),
     ("06_triton_warmup", "check_load_block_kernel", ["load_block_kernel"]),
+    ("06_triton_warmup", "check_block_scores_kernel", ["block_scores_kernel"]),
+    ("06_triton_warmup", "check_online_attention_kernel", ["online_attention_kernel"]),
+    ("06_triton_warmup", "check_causal_scores_kernel", ["causal_scores_kernel"]),
     ("07_paged_decode_kernel", "check_paged_decode_kernel", ["paged_decode_kernel"]),
     ("07_paged_decode_kernel", "check_paged_decode", ["paged_decode_attention"]),
     ("07_paged_decode_kernel", "check_split_k_decode", ["split_k_decode_attention"]),
@@ -182,6 +185,7 @@ ACROSS = [
     ("10_radix_cache", "check_radix_logits", ["RadixCache", "PagedKVCache"]),
     ("11_cache_tiers_and_routing", "check_tiered_cache", ["TieredRadixCache", "PagedKVCache"]),
     ("11_cache_tiers_and_routing", "check_kv_router", ["CacheAwareRouter"]),
+    ("11_cache_tiers_and_routing", "check_tier_aware_router", ["TierAwareRouter"]),
 ]
 
 

@@ -20,6 +20,7 @@ KINDS = {
     "package": "the installed helper package was modified during grading (restored)",
     "leftover": "the grading kernel left a link or special file in its scratch folder (discarded, never followed)",
     "time": "a notebook or a student ran out of grading time (the unfinished cells scored 0)",
+    "hidden": "the visible calls passed and a hidden scenario failed (scored as a failed test; a signal to look at)",
 }
 
 

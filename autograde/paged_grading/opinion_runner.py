@@ -8,7 +8,8 @@ SPEC: {"notebook": path of the student's submitted notebook (as the sandbox sees
 folder there, "host": the command that starts the learner's process (``learner_host.py`` inside
 the student's sandbox), "cells": [{"grade_id": ..., "calls": [{"check": name, "args": [["name",
 "BlockAllocator"] | ["value", 3]], "kwargs": {...}, "hidden": bool}]}], "timeout": seconds per
-cell}.
+cell, "final": whether this is the grader's last run of these cells (then a cell that runs out of
+time has failed; before it, it has no verdict and is run again alone)}.
 
 The verdict comes from this process, which holds the checks, their scenario generators, the
 secret seeds and the expected values, and runs no code of the student's. The student's code runs
@@ -43,7 +44,14 @@ if __name__ == "__main__":
 # The checks: this process is theirs, and nothing of the student's is ever imported into it.
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 from paged_helpers.checks import REGISTRY
-from paged_helpers.checks.speaking.failure import NoVerdict, Refused
+from paged_helpers.checks.speaking.failure import (
+    CheckFailed,
+    Finding,
+    LearnerWords,
+    NoVerdict,
+    Refused,
+    python_exception_name,
+)
 from paged_helpers.learner_view.connection import stop_process
 from paged_helpers.learner_view.peer import LearnerError, Peer, PeerGone, ProtocolBroken
 from paged_helpers.learner_view.remote import Remote
@@ -125,9 +133,42 @@ def run_kernel_cell(cell: dict, spec: dict) -> dict:
     except NoVerdict as error:
         verdict.update(no_verdict=True, message=f"no verdict: {error}"[:2000])
     except BaseException as error:  # the check's verdict
-        verdict["message"] = f"{type(error).__name__}: {error}"[:2000]
-        verdict["hidden"] = bool(call.get("hidden"))
+        verdict.update(failure_verdict(error, hidden=bool(call.get("hidden"))))
     return verdict
+
+
+def failure_verdict(error: BaseException, hidden: bool) -> dict:
+    """A failed call's part of the verdict, as data: ``message`` (the text the feedback shows) and
+    ``failure`` (its parts: ``checks.speaking.failure.Finding.as_data``, and the exception's type).
+
+    A hidden call's text is what ``run_hidden_scenarios`` made of it (its kind, a hint without
+    numbers). Anything else a hidden call raised (the learner's exception that reached the check
+    uncaught, say) is named by its type alone, if it is one of Python's own: its message could carry
+    the hidden scenario's numbers.
+    """
+    error_type = getattr(error, "remote_type", "") or type(error).__name__
+    if isinstance(error, CheckFailed):
+        finding = error.finding
+    elif hidden:
+        raised = python_exception_name(error_type)
+        finding = Finding(
+            scenario="a hidden scenario failed",
+            got=f"your code raised {raised}",
+            learner=LearnerWords(error_type=raised),
+        )
+        text = f"a hidden scenario failed: your code raised {raised}"
+        return {
+            "message": f"CheckFailed: {text}",
+            "failure": {"type": "CheckFailed", "text": text, **finding.as_data()},
+            "hidden": True,
+        }
+    else:
+        finding = Finding(scenario=str(error), learner=LearnerWords(error_type=error_type, message=str(error)))
+    return {
+        "message": f"{type(error).__name__}: {error}"[:2000],
+        "failure": {"type": type(error).__name__[:80], "text": str(error)[:2000], **finding.as_data()},
+        "hidden": hidden,
+    }
 
 
 def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict:
@@ -141,8 +182,11 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
     try:
         peer, hello = zygote.cell(request, deadline)
     except (PeerGone, OSError) as error:
+        # The machine's doing (a loaded grader, a starved sandbox), never judged as the learner's: no
+        # verdict, so the grader runs the cell again alone; if it still cannot start there, the cell
+        # stays without one (``second_opinion``: 0, with a note, never a failure or an accusation).
         zygote.stop()
-        verdict["message"] = f"the learner's process did not start: {error}"
+        verdict.update(no_verdict=True, message=f"no verdict: the learner's process did not start: {error}")
         return verdict
     call: dict = {}
     try:
@@ -166,14 +210,19 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
         if isinstance(error, ProtocolBroken):
             peer.flags.append(f"a forged or garbled message came from the learner's process ({error})")
         over = peer.deadline is not None and time.monotonic() >= peer.deadline
-        verdict["message"] = (
-            f"the checks ran longer than {timeout:.0f} s" if over else f"the learner's process failed: {error}"
-        )
+        if over and not isinstance(error, ProtocolBroken) and not spec.get("final"):
+            # Out of time beside the kernel's run or other students' grading: the grader runs the cell
+            # again alone (``"final"``), and only a timeout there is the student's.
+            verdict.update(no_verdict=True, message=f"no verdict: the checks did not finish within {timeout:.0f} s")
+        else:
+            verdict["message"] = (
+                f"the checks ran longer than {timeout:.0f} s" if over else f"the learner's process failed: {error}"
+            )
     except NoVerdict as error:
         verdict.update(no_verdict=True, message=f"no verdict: {error}"[:2000])
     except BaseException as error:  # the check's verdict, or the student's code failing
-        verdict["message"] = f"{type(error).__name__}: {error}"[:2000]
-        verdict["hidden"] = bool(call.get("hidden"))  # a hidden scenario failed, the visible ones passed
+        # hidden: a hidden scenario failed, the visible ones passed
+        verdict.update(failure_verdict(error, hidden=bool(call.get("hidden"))))
         if isinstance(error, Refused):  # built to fool a comparison, or an answer from outside the kernel
             peer.flags.append(f"student code handed the check what it refuses: {str(error).splitlines()[0][:300]}")
     finally:

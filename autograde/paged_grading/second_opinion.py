@@ -141,18 +141,49 @@ def _hidden_line_numbers(source: str) -> set[int]:
 SECRET_KEY_FILE = ".hidden_seed_key"
 
 
-def secret_seed(root: Path, *names: str) -> int:
-    """A seed nobody outside the grader can know: HMAC of the names under the course's own key.
-
-    The key is made once per course root (``.hidden_seed_key``, never inside a sandbox), so a
-    regrade draws the same scenarios and no visible seed reproduces them.
-    """
+def _course_key(root: Path) -> bytes:
+    """The course's secret key, made once per course root (``.hidden_seed_key``, never in a sandbox)."""
     key_file = root / SECRET_KEY_FILE
     if not key_file.exists():
         key_file.write_text(secrets.token_hex(32))
         key_file.chmod(0o600)
-    digest = hmac.new(key_file.read_text().strip().encode(), "/".join(names).encode(), hashlib.sha256)
+    return key_file.read_text().strip().encode()
+
+
+def secret_seed(root: Path, *names: str) -> int:
+    """A seed nobody outside the grader can know: HMAC of the names under the course's own key.
+
+    The names include the submitted notebook's digest (``submission_digest``): a resubmission draws
+    new hidden scenarios, and a regrade of the same bytes the same ones. No visible seed reproduces them.
+    """
+    digest = hmac.new(_course_key(root), "/".join(names).encode(), hashlib.sha256)
     return int(digest.hexdigest(), 16) % 2**31  # numpy and torch seeds fit in 31 bits
+
+
+def submission_digest(path: Path) -> str:
+    """The submitted notebook's SHA-256: what makes its hidden draw its own."""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+
+
+def seed_family(root: Path, *names: str) -> str:
+    """A short public name for the draw of one submission (``reports/hidden_draws.log``): equal names,
+    equal hidden scenarios; it tells nothing of the seeds themselves (a different HMAC message)."""
+    return hmac.new(_course_key(root), ("family/" + "/".join(names)).encode(), hashlib.sha256).hexdigest()[:12]
+
+
+HIDDEN_DRAWS_LOG = Path("reports") / "hidden_draws.log"
+
+
+def log_hidden_draw(root: Path, ids: dict, digest: str, family: str) -> None:
+    """One line per graded notebook: who, which submitted bytes, which family of hidden draws."""
+    import datetime
+
+    path = root / HIDDEN_DRAWS_LOG
+    path.parent.mkdir(exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    fields = [now, *(str(ids.get(key)) for key in ("student", "assignment", "notebook")), digest[:16], family]
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("\t".join(fields) + "\n")
 
 
 def with_secret_seeds(calls: list[dict], seed: int) -> list[dict]:
@@ -161,6 +192,11 @@ def with_secret_seeds(calls: list[dict], seed: int) -> list[dict]:
         {**call, "kwargs": {**call["kwargs"], "seed": seed}} if call["hidden"] and "seed" in call["kwargs"] else call
         for call in calls
     ]
+
+
+def _exception_name(name: object) -> str:
+    """The failure's exception name as the feedback shows it: one of the checks' own, or CheckFailed."""
+    return name if name in ("CheckFailed", "NotImplementedYet", "Refused", "NoVerdict") else "CheckFailed"
 
 
 def _kernel_passed(cell: NotebookNode) -> bool:
@@ -208,8 +244,9 @@ class RunnerJob:
         self.spec_path.write_text(json.dumps(spec))
         # Files, not pipes: nobody reads the output until the kernel's run is over.
         self.stdout = tempfile.TemporaryFile()
+        self.group = sandbox.student_leaf(submission)  # the student's share, with their kernel processes
         self.process = subprocess.Popen(
-            [*_checker(), str(self.spec_path)],
+            [*self.group.enter_command(), *_checker(), str(self.spec_path)],
             cwd=submission.scratch,
             env=_checker_environment(),
             stdin=subprocess.DEVNULL,
@@ -243,6 +280,7 @@ class RunnerJob:
         if self.box is not None:
             self.box.close()
             self.box = None
+        self.group.kill_all_and_remove()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -259,8 +297,10 @@ class StudentRunner:
     def __init__(self, submission: sandbox.Submission):
         self.student = (submission.root, submission.student)
         self.box, self.host = _learner_host(submission)
+        # In the student's cgroup (``sandbox.student_leaf``), and so are the kernel processes it starts.
+        self.group = sandbox.student_leaf(submission)
         self.process = subprocess.Popen(
-            [*_checker(), "--serve"],
+            [*self.group.enter_command(), *_checker(), "--serve"],
             cwd=submission.scratch,
             env=_checker_environment(),
             stdin=subprocess.PIPE,
@@ -327,6 +367,7 @@ class StudentRunner:
         if self.box is not None:
             self.box.close()
             self.box = None
+        self.group.kill_all_and_remove()
 
 
 _STUDENT_RUNNER: list[StudentRunner] = []  # at most one: the submission being graded
@@ -417,11 +458,16 @@ class _Plan:
         self.grade_ids: list[str] = []  # the replayed test cells, in notebook order
         self.cells: list[dict] = []
         self.secret_seeds: set[str] = set()
+        # The hidden draw is this submission's own: a resubmission gets fresh hidden scenarios.
+        self.digest = submission_digest(self.submitted)
+        names = (ids["student"], ids["assignment"], ids["notebook"], self.digest)
+        self.seed_family = seed_family(Path.cwd(), *names)
+        self.ids, self.draw_logged = ids, False
         for cell in nb.cells:
             if not is_autograded_test(cell):
                 continue
             grade_id = cell.metadata["nbgrader"]["grade_id"]
-            seed = secret_seed(Path.cwd(), ids["student"], ids["assignment"], grade_id)
+            seed = secret_seed(Path.cwd(), *names, grade_id)
             try:
                 self.cells.append({"grade_id": grade_id, "calls": with_secret_seeds(check_calls(cell.source), seed)})
                 self.grade_ids.append(grade_id)
@@ -433,12 +479,18 @@ class _Plan:
     def runnable(self) -> bool:
         return bool(self.cells) and self.submitted.is_file()
 
-    def budget(self, timeout: int) -> float:
-        return timeout * len(self.cells) + 120
+    def budget(self, timeout: int, cells: int | None = None) -> float:
+        return timeout * (len(self.cells) if cells is None else cells) + 120
 
-    def start(self, timeout: int) -> NotebookJob:
-        spec = {"notebook": str(self.submitted), "cells": self.cells, "timeout": timeout}
-        return NotebookJob(self.submission, spec, budget=self.budget(timeout))
+    def start(self, timeout: int, only: list[str] | None = None, final: bool = False) -> NotebookJob:
+        """The clean run of the replayed cells (of those in ``only``); ``final``: the grader's last run
+        of them, where a cell that runs out of time has failed (``opinion_runner``)."""
+        if not self.draw_logged and any(call["hidden"] for cell in self.cells for call in cell["calls"]):
+            log_hidden_draw(Path.cwd(), self.ids, self.digest, self.seed_family)
+            self.draw_logged = True
+        cells = [cell for cell in self.cells if only is None or cell["grade_id"] in only]
+        spec = {"notebook": str(self.submitted), "cells": cells, "timeout": timeout, "final": final}
+        return NotebookJob(self.submission, spec, budget=self.budget(timeout, len(cells)))
 
     def withhold_hidden_tests(self, nb) -> None:
         """The kernel runs only the visible lines of the replayed test cells (``restore_hidden_tests``).
@@ -490,13 +542,19 @@ class SecondOpinion(NbGraderPreprocessor):
         if job is None:
             return nb, resources
         plan.restore_hidden_tests(nb)
-        verdicts = _with_verdict(job.verdicts())
-        if any(grade_id not in verdicts for grade_id in plan.grade_ids):
-            # No answer in time, or a check that could not reach a verdict (a loaded grader, a
-            # runner that died): once more, on its own now that the kernel is done, before any
-            # cell is judged without one.
-            self.log.warning("second opinion: no verdict for some cells of %s; running it again", ids["notebook"])
-            verdicts = {**_with_verdict(plan.start(timeout).verdicts()), **verdicts}
+        answers = job.verdicts()
+        verdicts = _with_verdict(answers)
+        missing = [grade_id for grade_id in plan.grade_ids if grade_id not in verdicts]
+        if missing:
+            # No answer in time, a learner's process that could not start, a check that could not
+            # reach a verdict (a loaded grader, a runner that died): those cells once more, on their
+            # own now that the kernel is done, before any is judged without one. That run is final:
+            # a cell out of time there has failed (the student's own slowness); one whose process
+            # still cannot start, or still no verdict, is ``_no_verdict`` (never a failure).
+            self.log.warning("second opinion: no verdict for %s of %s; running them again", missing, ids["notebook"])
+            again = plan.start(timeout, only=missing, final=True).verdicts()
+            answers = {**answers, **again}
+            verdicts = {**_with_verdict(again), **verdicts}
         tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
         tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
         suspicious = scan(nbformat.read(plan.submitted, as_version=4))
@@ -508,11 +566,13 @@ class SecondOpinion(NbGraderPreprocessor):
             if grade_id in verdicts:
                 self._reconcile(ids, grade_id, cell, verdicts[grade_id], suspicious)
             else:
-                self._no_verdict(ids, grade_id, cell, plan.budget(timeout))
+                reason = (answers.get(grade_id) or {}).get("message") or "no answer in time"
+                self._no_verdict(ids, grade_id, cell, plan.budget(timeout), str(reason))
         return nb, resources
 
-    def _no_verdict(self, ids, grade_id, cell, budget: float) -> None:
-        """Twice no answer: the cell cannot be confirmed, so it scores 0, and nobody is accused."""
+    def _no_verdict(self, ids, grade_id, cell, budget: float, reason: str = "") -> None:
+        """Twice no verdict (the second time alone): the cell cannot be confirmed, so it scores 0 until
+        regraded, and nobody is accused (the log's kind is ``time``, never ``clean-run``)."""
         why = (
             f"this test could not be confirmed: its clean re-run (only your definitions loaded, in a fresh "
             f"process) gave no result within {budget:.0f} s, twice. Loading your definitions may take too "
@@ -521,10 +581,12 @@ class SecondOpinion(NbGraderPreprocessor):
         )
         traceback = [f"{SECOND_OPINION}: {why}"]
         cell.outputs.insert(0, NotebookNode(output_type="error", ename=SECOND_OPINION, evalue=why, traceback=traceback))
+        reason = reason.removeprefix("no verdict: ").splitlines()[0][:300] if reason else "no answer in time"
         integrity.log(
             ids,
             "time",
-            f"{grade_id}: the clean run gave no verdict within {budget:.0f} s, twice (scored 0; not tampering)",
+            f"{grade_id}: the clean run gave no verdict within {budget:.0f} s, twice, the second time alone "
+            f"({reason}); scored 0 until regraded; the machine's doing or slow loading, not tampering: regrade",
         )
 
     def _reconcile(self, ids, grade_id, cell, verdict, suspicious) -> None:
@@ -533,13 +595,22 @@ class SecondOpinion(NbGraderPreprocessor):
             return
         if kernel and not clean and not verdict["flags"] and verdict.get("hidden"):
             # The kernel ran the visible calls only (withhold_hidden_tests): a hidden scenario
-            # failed, which is an ordinary failed test, shown as the check's own message.
-            ename, _, message = self.hide(verdict["message"]).partition(": ")
-            ename, message = ename or "CheckFailed", message[:1500]
+            # failed, which is an ordinary failed test, shown as the check's own words (the parts
+            # the checker sent, never re-read from a message; see opinion_runner.failure_verdict).
+            failure = verdict.get("failure") if isinstance(verdict.get("failure"), dict) else {}
+            ename = _exception_name(failure.get("type"))
+            message = self.hide(str(failure.get("text") or "a hidden scenario failed"))[:1500]
             if "hidden scenario" not in message:
                 message = f"(in a hidden scenario) {message}"
             cell.outputs.insert(
                 0, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+            )
+            kind = self.hide(str(failure.get("scenario", "")))[:300] or "a hidden scenario"
+            integrity.log(
+                ids,
+                "hidden",
+                f"{grade_id}: the visible calls passed and {kind} failed (scored as a failed test; a signal, "
+                "not an accusation)",
             )
             return
         evidence = "; ".join(verdict["flags"]) or self.hide(

@@ -92,10 +92,11 @@ def _expect_slot(physical_slot: Callable, table: list[int], position: int, block
         raise
     except CheckFailed as error:
         if isinstance(error.__cause__, IndexError):
-            raise CheckFailed(
-                f"{error}\n  likely cause: the table has {len(table)} entries, one per block, so the index "
-                f"into it must be position // block_size = {position // block_size}, not the position itself."
-            ) from error.__cause__
+            likely = (
+                f"the table has {len(table)} entries, one per block, so the index into it must be "
+                f"position // block_size = {position // block_size}, not the position itself."
+            )
+            raise error.reworded(f"{error}\n  likely cause: {likely}", hint=likely) from error.__cause__
         raise
     expected = (table[position // block_size], position % block_size)
     got = _as_slot(result)

@@ -42,6 +42,8 @@ __all__ = ["check_engine_advance"]
 
 VOCAB = 256  # the logits' length (no model runs: any vocabulary will do)
 KINDS = ("mid", "last", "fork", "decode", "finish", "forked", "back")
+EXTRA_CHUNKS = 3  # chunks every hidden step holds beyond one of each kind (fixed, not drawn: the most ever)
+FORK_SAMPLES = 4  # samples of every hidden step's "fork" requests (fixed, not drawn: the most they ever had)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def _chunk(rng: random.Random, kind: str, index: int) -> Chunk:
     if kind in ("mid", "last", "fork"):
         cached = rng.randint(0, prompt - 2)
         count = rng.randint(1, prompt - cached - 1) if kind == "mid" else prompt - cached
-        n = rng.randint(2, 4) if kind == "fork" else 1
+        n = FORK_SAMPLES if kind == "fork" else 1
         return Chunk(sid, kind, prompt, cached, 0, count, n, seed, temperature, rng.randint(2, 8))
     output = rng.randint(1, 6)
     if kind == "back":
@@ -122,10 +124,33 @@ class Step:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Step:
-        """Every kind of chunk at least once, in a drawn order, and up to three more."""
-        kinds = [*KINDS, *(rng.choice(KINDS) for _ in range(rng.randint(0, 3)))]
+        """Every kind of chunk at least once and ``EXTRA_CHUNKS`` more, in a drawn order, with logits on
+        which each classic sampling mistake draws another token (``telling``)."""
+        kinds = [*KINDS, *(rng.choice(KINDS) for _ in range(EXTRA_CHUNKS))]
         rng.shuffle(kinds)
-        return cls("", tuple(_chunk(rng, kind, index) for index, kind in enumerate(kinds)), rng.getrandbits(31))
+        chunks = tuple(_chunk(rng, kind, index) for index, kind in enumerate(kinds))
+        while True:
+            step = cls("", chunks, rng.getrandbits(31))
+            if step.telling():
+                return step
+
+    def logits(self) -> dict[str, torch.Tensor]:
+        """The step's logits, one seeded random vector per chunk."""
+        generator = torch.Generator().manual_seed(self.logits_seed)
+        return {chunk.seq_id: torch.randn(VOCAB, generator=generator) for chunk in self.chunks}
+
+    def telling(self) -> bool:
+        """Some drawing chunk whose token is not the argmax (a draw that ignores the temperature shows),
+        some chunk past step 0 whose token is not step 0's (a draw at step 0 shows), and in every fork,
+        every sample's first token differs from the parent's (a sample drawing with the parent's seed
+        shows)."""
+        logits = self.logits()
+        drawing = [(chunk, logits[chunk.seq_id]) for chunk in self.chunks if chunk.samples]
+        hot = any(c.temperature and _token(c, x) != int(torch.argmax(x)) for c, x in drawing)
+        later = any(c.output and _token(c, x) != _token(c, x, step=0) for c, x in drawing)
+        forked = [(c, x, index) for c, x in drawing if c.kind == "fork" for index in range(1, c.n)]
+        forks = all(_token(c, x, index, 0) != _token(c, x, 0, 0) for c, x, index in forked)
+        return hot and later and forks
 
     def run(self, classes) -> None:
         chunks = self.chunks
@@ -144,8 +169,7 @@ class Step:
             seq = _place(engine, seq, chunk.cached + chunk.count)
             seq.num_cached = chunk.cached  # the forward pass wrote the chunk; _advance counts it
             placed.append(seq)
-        generator = torch.Generator().manual_seed(self.logits_seed)
-        logits = {chunk.seq_id: torch.randn(VOCAB, generator=generator) for chunk in chunks}
+        logits = self.logits()
         # Decoders first, then prompt chunks, as _plan orders them.
         order = [i for i, c in enumerate(chunks) if c.count == 1] + [i for i, c in enumerate(chunks) if c.count > 1]
         plan = [(placed[i], chunks[i].count) for i in order]
@@ -364,7 +388,8 @@ ADVANCE_KINDS = {
 def check_engine_advance(engine_class, cache_class, prefix_cache_class, *, seed: int = 0, hidden: bool = False):
     """_advance of the learner's engine after a forward pass: counts, tokens, forks, finishes, published blocks.
 
-    ``hidden=True`` (the hidden tests): steps drawn from ``seed``, messages without their numbers.
+    ``hidden=True`` (the hidden tests): both ``ADVANCE_KINDS`` steps, each of every kind of chunk and
+    ``EXTRA_CHUNKS`` more, drawn from ``seed`` (``Step.draw``), messages without their numbers.
     """
     classes = (engine_class, cache_class, prefix_cache_class)
     if hidden:
@@ -372,7 +397,7 @@ def check_engine_advance(engine_class, cache_class, prefix_cache_class, *, seed:
             description: (lambda classes, rng, kind=kind: kind.draw(rng).run(classes))
             for description, kind in ADVANCE_KINDS.items()
         }
-        run_hidden_scenarios(runners, seed, len(runners), classes)
+        run_hidden_scenarios(runners, seed, classes)
         return "hidden scenarios"
     VISIBLE_STEP.run(classes)
     kinds = ", ".join(chunk.kind for chunk in VISIBLE_STEP.chunks)

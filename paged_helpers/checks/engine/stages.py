@@ -16,7 +16,11 @@ each check takes milliseconds.
 Each scenario is a small frozen dataclass: its sizes, ``draw(rng)`` (the hidden tests' sizes,
 drawn from the grader's seed, always a scenario every correct engine passes) and ``run``. The
 visible calls run the ``VISIBLE_*`` instances; ``hidden=True`` runs every kind of the check's
-``*_KINDS`` drawn from ``seed`` (``report.run_hidden_scenarios``: messages without numbers).
+``*_KINDS`` drawn from ``seed`` (``report.run_hidden_scenarios``: messages without numbers). A draw
+never makes a kind smaller or easier: how many requests, sequences and samples a scenario holds is
+fixed at the largest the kind runs (``QUEUE_REQUESTS``, ``BATCH_SEQUENCES``, ``POOL_SEQUENCES``,
+``Fork.draw``, ``FinishOrder.draw``), and what a kind is named for (eviction, a preemption, every kind
+of sequence in a batch, a chunk that needs a new block) is in every draw; the seed picks the rest.
 """
 
 from __future__ import annotations
@@ -181,7 +185,9 @@ def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=
 @dataclass(frozen=True)
 class FrontDoor:
     """add_request alone: a request one block too many for the pool, one of exactly the pool, and one
-    that fits the pool but not the blocks free while ``busy_blocks`` are in use."""
+    that fits the pool but not the blocks free while ``busy_blocks`` are in use. The last is queued with
+    ``n``, ``seed`` and ``temperature`` other than the defaults (drawn: n of 2 to 5, temperature 0.5 or 1),
+    so a Sequence built without one of them shows in every draw."""
 
     num_blocks: int
     too_long: tuple[int, int]  # (prompt tokens, max_new_tokens)
@@ -204,9 +210,9 @@ class FrontDoor:
             _split(rng, capacity - rng.randint(0, BLOCK_SIZE - 1)),
             busy,
             _split(rng, later),
-            rng.randint(1, 5),
-            rng.getrandbits(31),
-            rng.choice((0.0, 0.5, 1.0)),
+            rng.randint(2, 5),
+            rng.getrandbits(31) | 1,  # never 0, Sequence's default
+            rng.choice((0.5, 1.0)),
         )
 
     def run(self, classes) -> None:
@@ -238,6 +244,7 @@ def _split(rng: random.Random, total: int) -> tuple[int, int]:
 
 
 QUEUE_MAX_NEW = 3  # max_new_tokens of every request in a Queue (admission counts known tokens only)
+QUEUE_REQUESTS = 5  # requests in every hidden Queue (fixed, not drawn: the most a queue ever held)
 
 
 @dataclass(frozen=True)
@@ -258,12 +265,13 @@ class Queue:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Queue:
-        """A queue whose answer is the same whether the spare 1% is rounded down or up, in which some
-        admission needs eviction and some request is left waiting (every 31-bit seed finds one)."""
+        """A queue of ``QUEUE_REQUESTS`` requests whose answer is the same whether the spare 1% is rounded
+        down or up, in which some admission needs eviction and some request is left waiting (every 31-bit
+        seed finds one)."""
         while True:
             cached = rng.randint(2, 5)
             shared = rng.randint(1, cached - 1)
-            kinds = [True] + [rng.random() < 0.5 for _ in range(rng.randint(2, 4))]
+            kinds = [True] + [rng.random() < 0.5 for _ in range(QUEUE_REQUESTS - 1)]
             requests = tuple((f"r{i}", shares, rng.randint(1, 6 * BLOCK_SIZE)) for i, shares in enumerate(kinds))
             queue = cls(rng.randint(8, 40), cached, shared, requests)
             answers = {queue.expected(spare) for spare in (0, 1)}
@@ -455,7 +463,7 @@ def _run_hidden(kinds: dict, seed: int, classes: tuple) -> None:
     """Every kind of ``kinds`` (description -> ``draw(rng)``, a scenario with ``run(classes)``), drawn
     from ``seed``: the hidden tests' scenarios, whose numbers the messages do not show."""
     runners = {description: functools.partial(_draw_and_run, draw) for description, draw in kinds.items()}
-    run_hidden_scenarios(runners, seed, len(runners), classes)
+    run_hidden_scenarios(runners, seed, classes)
 
 
 def _draw_and_run(draw, classes: tuple, rng: random.Random) -> None:
@@ -463,6 +471,9 @@ def _draw_and_run(draw, classes: tuple, rng: random.Random) -> None:
 
 
 # ---------------------------------------------------------------- planning a step
+
+
+BATCH_SEQUENCES = 8  # sequences in every hidden batch (fixed, not drawn: the most a batch ever held)
 
 
 @dataclass(frozen=True)
@@ -481,16 +492,17 @@ class Batch:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Batch:
-        """A batch on which each classic planning mistake plans otherwise (``telling``)."""
+        """A batch of ``BATCH_SEQUENCES`` holding every kind of sequence, on which each classic planning
+        mistake plans otherwise (``telling``)."""
         while True:
             batch = cls._draw(rng)
-            if batch.telling():
+            if batch.telling() and {kind for kind, _, _ in batch.sequences} == {"decode", "prefill", "back"}:
                 return batch
 
     @classmethod
     def _draw(cls, rng: random.Random) -> Batch:
         sequences = []
-        for _ in range(rng.randint(2, 8)):
+        for _ in range(BATCH_SEQUENCES):
             kind = rng.choice(("decode", "decode", "prefill", "prefill", "back"))
             prompt = rng.randint(2, 40)
             extra = {"decode": rng.randint(1, 6), "prefill": rng.randint(0, prompt - 2), "back": rng.randint(1, 6)}
@@ -598,6 +610,9 @@ def check_engine_plan(engine_class, cache_class, prefix_cache_class, *, seed: in
 # ---------------------------------------------------------------- reserve, evict, preempt
 
 
+POOL_SEQUENCES = 4  # sequences running in every hidden pool (fixed, not drawn: the most a pool ever held)
+
+
 @dataclass(frozen=True)
 class Pool:
     """_reserve on sequences placed in a pool of ``num_blocks``: (seq_id, kind, prompt, extra, count)
@@ -618,14 +633,15 @@ class Pool:
 
     @classmethod
     def draw(cls, rng: random.Random, want: str = "") -> Pool:
-        """A pool drawn with its sequences; ``want``: "room" (every chunk fits), "evict" (eviction is
-        enough), "preempt" (two or more running, someone preempted), or "" (anything)."""
+        """A pool drawn with its ``POOL_SEQUENCES`` sequences, whose plan needs at least one new block;
+        ``want``: "room" (every chunk fits), "evict" (eviction is enough), "preempt" (someone preempted),
+        or "" (anything)."""
         while True:
             pool = cls._draw(rng)
             victims, demand = pool.victims(), sum(pool.demand(entry) for entry in pool.placed)
             short = demand > pool.num_blocks - pool.used()
             outcome = "preempt" if victims else "evict" if short else "room"
-            if not want or (outcome == want and (want != "preempt" or len(pool.placed) > 1)):
+            if demand and (not want or outcome == want):
                 # Someone waits behind a preemption: the victim must go in front of it.
                 return replace(pool, waiting=True) if want == "preempt" else pool
 
@@ -635,7 +651,7 @@ class Pool:
     @classmethod
     def _draw(cls, rng: random.Random) -> Pool:
         placed = []
-        for index in range(rng.randint(1, 4)):
+        for index in range(POOL_SEQUENCES):
             if rng.random() < 0.6:
                 position = BLOCK_SIZE * rng.randint(1, 6) if rng.random() < 0.7 else rng.randint(1, 24)
                 output = rng.randint(1, min(5, position))
@@ -834,14 +850,8 @@ class Fork:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Fork:
-        return cls(
-            rng.randint(2, 6),
-            rng.getrandbits(31),
-            rng.randint(2, 24),
-            rng.randint(1, 8),
-            rng.choice((0.5, 1.0)),
-            rng.randint(0, 2),
-        )
+        """A request of 6 samples behind 2 other sequences (fixed, not drawn: the most a fork ever had)."""
+        return cls(6, rng.getrandbits(31), rng.randint(2, 24), rng.randint(1, 8), rng.choice((0.5, 1.0)), 2)
 
     def run(self, classes) -> None:
         n, seed, length = self.n, self.seed, self.prompt
@@ -942,7 +952,9 @@ class FinishOrder:
 
     @classmethod
     def draw(cls, rng: random.Random) -> FinishOrder:
-        n = rng.randint(2, 6)
+        """6 samples (fixed, not drawn: the most a request ever had), finishing in a drawn order other than
+        by index."""
+        n = 6
         order = list(range(n))
         while order == sorted(order):
             rng.shuffle(order)

@@ -25,11 +25,12 @@ Parts (``parts=``), each a separate graded cell in the notebook (the stage check
 
 Hidden scenarios (``hidden=True``, the grader's seed): each part's workload with its token ids
 relabelled by a permutation of the vocabulary drawn from the seed (``Relabelled``), and the
-sampling request's seed and ``n`` drawn too. A permutation keeps every equality between tokens, so
-every shared prefix, every length, and with them every admission, plan, eviction and preemption are
-those of the visible workload, which any correct engine serves (its decisions depend on lengths and
-on which prefixes are equal, never on token values); the outputs, and so the expected answers, are
-new.
+sampling request's seed drawn too (its ``n`` is ``HIDDEN_SAMPLES`` in every draw). A permutation
+keeps every equality between tokens, so every shared prefix, every length, and with them every
+admission, plan, eviction and preemption are those of the visible workload, which any correct engine
+serves (its decisions depend on lengths and on which prefixes are equal, never on token values); the
+outputs, and so the expected answers, are new. Whatever the seed, a hidden call serves each part
+it names at its visible workload's full size.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ VOCAB = tiny_config().vocab_size  # the model every engine check serves (watch.m
 @dataclasses.dataclass(frozen=True)
 class Relabelled:
     """What a part's scenario draws from the seed: ``relabel[token]`` for every token id of its
-    workload (None: the visible tokens), and the sampling request's seed and number of samples."""
+    workload (None: the visible tokens), the sampling request's seed, and its number of samples
+    (``HIDDEN_SAMPLES`` when drawn: never fewer)."""
 
     relabel: tuple[int, ...] | None = None
     sampling_seed: int = 11
@@ -71,7 +73,7 @@ class Relabelled:
     def draw(cls, rng: random.Random) -> Relabelled:
         permutation = list(range(VOCAB))
         rng.shuffle(permutation)
-        return cls(tuple(permutation), rng.getrandbits(31), rng.randint(2, 5))
+        return cls(tuple(permutation), rng.getrandbits(31), HIDDEN_SAMPLES)
 
     def tokens(self, ids) -> list[int]:
         return list(ids) if self.relabel is None else [self.relabel[token] for token in ids]
@@ -81,6 +83,7 @@ class Relabelled:
 
 
 VISIBLE = Relabelled()
+HIDDEN_SAMPLES = 5  # n of the hidden sampling request in every draw (fixed, not drawn: the most it ever had)
 
 
 def _batching_workload() -> list[Request]:
@@ -497,7 +500,7 @@ def check_engine(
         for part in parts:
             if hidden:
                 kind = {f"the {part} workload, its tokens relabelled by the grader's seed": _hidden(runners[part])}
-                run_hidden_scenarios(kind, random.Random(f"{part}/{seed}").getrandbits(31), 1, classes)
+                run_hidden_scenarios(kind, random.Random(f"{part}/{seed}").getrandbits(31), classes)
             else:
                 runners[part](*classes)
 

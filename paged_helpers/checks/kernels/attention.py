@@ -35,7 +35,7 @@ from ...reference import paged_decode_reference, paged_prefill_reference
 from ...running import spawned
 from ...running.isolated import Outcome
 from ..reading.strict import strict_allclose
-from ..speaking.failure import CheckFailed, NotImplementedYet, fail
+from ..speaking.failure import CheckFailed, Finding, LearnerWords, NotImplementedYet, fail, four_parts
 from ..speaking.report import check, count_call
 from .bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .launching import KernelUnderTest, Parameter, tensor_argument
@@ -412,37 +412,56 @@ def _last_lines(text: str, count: int = 15) -> str:
     return "\n".join("    " + line for line in lines[-count:])
 
 
+def _launcher_failed(outcome: Outcome, scenario: str, expected: str, got: str, hint: str) -> None:
+    """Fail with the four parts, then what the learner's launcher said (its traceback, what it printed)
+    after them, as theirs: kept apart in the failure's ``learner`` part, never in the check's hint."""
+    theirs = ""
+    if outcome.kind == "raised":
+        theirs += f"\n  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}"
+    if outcome.printed.strip():
+        theirs += f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}"
+    learner = LearnerWords(
+        error_type=outcome.error_type if outcome.kind == "raised" else "",
+        message=outcome.error_message if outcome.kind == "raised" else "",
+        printed=outcome.printed,
+    )
+    finding = Finding(scenario, expected, got, hint, learner=learner)
+    raise CheckFailed(four_parts(scenario, expected, got, hint) + theirs, finding=finding)
+
+
 def _launcher_result(what: str, launcher: Callable, args: tuple, scenario: str) -> torch.Tensor:
     """The launcher's output on ``args`` (checked to be a tensor like q); every failure a message."""
     count_call(scenario)
     outcome = _call(launcher, args)
-    printed = (
-        f"\n  what your code printed (last lines):\n{_last_lines(outcome.printed)}" if outcome.printed.strip() else ""
-    )
     if outcome.not_implemented:
         raise NotImplementedYet(
             f"not implemented yet: {what} raised NotImplementedError. Replace `raise NotImplementedError()` "
             "in its cell (and in the kernel's cell) with your code, run those cells, then this check."
         )
     if outcome.kind == "crashed":
-        fail(
+        _launcher_failed(
+            outcome,
             scenario,
             f"{what} to return",
             f"the process died ({outcome.signal_name})",
             "the check ran your launcher in a separate process, so this notebook is still alive; if your kernel "
-            "passes its own check, look at the arguments the launcher passes it (grid, strides, sizes)" + printed,
+            "passes its own check, look at the arguments the launcher passes it (grid, strides, sizes)",
         )
     if outcome.kind == "timed out":
-        fail(
+        _launcher_failed(
+            outcome,
             scenario,
             f"{what} to return within {_time_limit(launcher):g} s (this scenario needs well under a second)",
             "it did not",
-            "look for a loop that never ends, in the launcher or in the kernel" + printed,
+            "look for a loop that never ends, in the launcher or in the kernel",
         )
     if outcome.kind == "raised":
-        raise CheckFailed(
-            f"{scenario}: {what} raised {outcome.error_type}: {outcome.error_message}\n"
-            f"  where (last lines of the traceback):\n{_last_lines(outcome.error_traceback)}" + printed
+        _launcher_failed(
+            outcome,
+            scenario,
+            f"{what} to return",
+            f"{what} raised {outcome.error_type}: {outcome.error_message}",
+            "the last lines of the traceback below show where",
         )
     result, expected_shape, dtype = outcome.value, tuple(args[0].shape), args[0].dtype
     if type(result) is not torch.Tensor:

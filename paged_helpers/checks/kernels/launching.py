@@ -27,7 +27,7 @@ from ...running.gpu_compile import TARGETS, CompileResult, Launch, compile_launc
 from ...running.kernel_process import KernelAnswer, KernelProcess, KernelProcessFailed
 from ...running.kernel_source import KERNEL_CELL_RULES, KernelModule, KernelSourceRefused
 from ...running.learner_kernel import KernelUnfinished, learner_kernel
-from ..speaking.failure import CheckFailed, NotImplementedYet, NoVerdict, fail, four_parts
+from ..speaking.failure import CheckFailed, Finding, LearnerWords, NotImplementedYet, NoVerdict, fail, four_parts
 from ..speaking.report import count_call
 
 __all__ = ["KernelLaunchFailed", "KernelUnderTest", "Parameter", "cpu_budget", "gpu_launch", "tensor_argument"]
@@ -45,10 +45,11 @@ def cpu_budget(program_iterations: int) -> float:
 
 class KernelLaunchFailed(CheckFailed):
     """A launch the check made did not run to its end: ``answer`` says how (its ``kind``, and for a
-    stray access its ``access``), so a check can look closer before it speaks."""
+    stray access its ``access``), so a check can look closer before it speaks. A hidden scenario's
+    failure is remade from its message alone (``hidden_failure``): its ``answer`` is None."""
 
-    def __init__(self, message: str, answer: KernelAnswer):
-        super().__init__(message)
+    def __init__(self, message: str, answer: KernelAnswer | None = None, *, finding: Finding | None = None):
+        super().__init__(message, finding=finding)
         self.answer = answer
 
 
@@ -207,8 +208,9 @@ class KernelUnderTest:
                 f"{answer.error_type}: {first}{self._where(answer)}",
                 "read the error and the line it names",
             )
-        message = four_parts(scenario, *parts[:2], parts[2] + printed)
-        raise KernelLaunchFailed(message, answer)
+        # what the kernel printed is the learner's, after the hint and never in it
+        finding = Finding(scenario, *parts, learner=LearnerWords(printed=answer.printed))
+        raise KernelLaunchFailed(four_parts(scenario, *parts) + printed, answer, finding=finding)
 
     def _stray(self, answer: KernelAnswer) -> str:
         facts = answer.access

@@ -624,14 +624,25 @@ ORDER_CASES = (
 )
 
 
-def _expected_order(waiting: list[str], cached: dict, waited: dict, max_wait: int) -> list[str]:
-    """The rule, as a sort key: starving requests first by arrival, then most cached first, ties by arrival."""
+# The classic slips of cache_aware_order, each a keyword of _expected_order: the hidden queues are drawn
+# so that each slip their kind is meant for orders them otherwise.
+MISTAKES = ("no_guard", "guard_off_by_one", "starving_by_cache", "ties_by_id")
+
+
+def _expected_order(waiting: list[str], cached: dict, waited: dict, max_wait: int, mistake: str = "") -> list[str]:
+    """The rule, as a sort key: starving requests first by arrival, then most cached first, ties by arrival;
+    or, with ``mistake`` (one of ``MISTAKES``), the order that slip gives."""
     arrival = {request: index for index, request in enumerate(waiting)}
 
+    def starving(request: str) -> bool:
+        if mistake == "no_guard":
+            return False
+        return waited[request] > max_wait if mistake == "guard_off_by_one" else waited[request] >= max_wait
+
     def rank(request: str) -> tuple:
-        if waited[request] >= max_wait:
-            return (0, 0, arrival[request])
-        return (1, -cached[request], arrival[request])
+        if starving(request):
+            return (0, -cached[request] if mistake == "starving_by_cache" else 0, arrival[request])
+        return (1, -cached[request], request if mistake == "ties_by_id" else arrival[request])
 
     return sorted(waiting, key=rank)
 
@@ -658,45 +669,67 @@ def _check_order(cache_aware_order: Any, case: tuple) -> None:
         fail(what, "the arguments left as they were", "cache_aware_order changed them", "build a new list")
 
 
-def _random_queue(rng, what: str, size: int, starving_share: float, cached_blocks: int, hint: str) -> tuple:
+def _random_queue(rng, what: str, size: int, starving: int, cached_blocks: int, hint: str) -> tuple:
+    """A queue of ``size`` requests, ``starving`` of them (at drawn places) waited max_wait rounds or more."""
     waiting = rng.sample([f"r{i}" for i in range(100)], size)
     max_wait = rng.randint(2, 6)
     cached = {r: BLOCK * rng.randint(0, cached_blocks) for r in waiting}
-    waited = {r: rng.randint(max_wait, max_wait + 3) if rng.random() < starving_share else rng.randrange(max_wait)
-              for r in waiting}  # fmt: skip
+    hungry = set(rng.sample(waiting, starving))
+    waited = {r: rng.randint(max_wait, max_wait + 3) if r in hungry else rng.randrange(max_wait) for r in waiting}
     return what, waiting, cached, waited, max_wait, _expected_order(waiting, cached, waited, max_wait), hint
 
 
-def _hidden_queue(size: tuple[int, int], starving_share: float, cached_blocks: int, what: str, hint: str):
-    """A hidden scenario: a random queue of ``size`` requests, ordered by the learner and by the rule."""
+def _telling(case: tuple, mistakes: tuple[str, ...]) -> bool:
+    """Does each of ``mistakes`` order ``case``'s queue otherwise, and does the rule reorder it at all (so a
+    sort in place shows)?"""
+    _, waiting, cached, waited, max_wait, expected, _ = case
+    others = [_expected_order(waiting, cached, waited, max_wait, mistake) for mistake in mistakes]
+    return all(other != expected for other in others) and (len(waiting) < 2 or expected != waiting)
+
+
+def _hidden_queue(size: int, starving: int, cached_blocks: int, mistakes: tuple[str, ...], what: str, hint: str):
+    """A hidden scenario: a queue of ``size`` requests, ``starving`` of them starving, redrawn until each of
+    ``mistakes`` orders it otherwise; ordered by the learner and by the rule."""
 
     def scenario(cache_aware_order: Any, rng) -> None:
-        count = rng.randint(*size)
-        _check_order(cache_aware_order, _random_queue(rng, what, count, starving_share, cached_blocks, hint))
+        while not _telling(case := _random_queue(rng, what, size, starving, cached_blocks, hint), mistakes):
+            pass
+        _check_order(cache_aware_order, case)
 
     return scenario
 
 
+# Every kind runs at its largest size in every draw (the seed picks names, cached tokens, rounds waited
+# and which requests starve, never how many).
 _HIDDEN_QUEUES = {
     "a long queue with many ties in cached tokens": _hidden_queue(
-        (8, 16), 0.0, 2, "a long queue", "ties keep arrival order (the order of waiting)"
+        16, 0, 2, ("ties_by_id",), "a long queue", "ties keep arrival order (the order of waiting)"
     ),
     "a queue where several requests starve": _hidden_queue(
-        (5, 10), 0.4, 6, "starving requests", "starving requests first, in arrival order"
+        10,
+        3,
+        6,
+        ("no_guard", "guard_off_by_one", "starving_by_cache"),
+        "starving requests",
+        "starving requests (waited max_wait rounds or more) first, in arrival order",
     ),
-    "a queue of one request": _hidden_queue((1, 1), 0.5, 4, "one request", "return [it]"),
+    "a queue of one request": _hidden_queue(1, 1, 4, (), "one request", "return [it]"),
     "a mixed queue": _hidden_queue(
-        (3, 12), 0.2, 8, "a mixed queue", "starving first, then most cached first, ties by arrival"
+        12, 2, 8, MISTAKES, "a mixed queue", "starving first, then most cached first, ties by arrival"
     ),
 }
 
 
 @check(notebook="10_radix_cache", builds="cache_aware_order")
 def check_cache_aware_order(cache_aware_order: Any, *, seed: int = 0, hidden: bool = False) -> None:
-    """Most cached tokens first, ties by arrival, starving requests before everyone."""
+    """Most cached tokens first, ties by arrival, starving requests before everyone.
+
+    ``hidden=True`` (the hidden tests): every kind of ``_HIDDEN_QUEUES``, at its fixed size and number of
+    starving requests, drawn from ``seed`` until each slip the kind is meant for orders it otherwise.
+    """
     if hidden:
-        run_hidden_scenarios(_HIDDEN_QUEUES, seed, 3, cache_aware_order)
-        return "3 hidden queues"
+        run_hidden_scenarios(_HIDDEN_QUEUES, seed, cache_aware_order)
+        return f"{len(_HIDDEN_QUEUES)} hidden queues"
     for case in ORDER_CASES:
         _check_order(cache_aware_order, case)
     return f"{len(ORDER_CASES)} queues"

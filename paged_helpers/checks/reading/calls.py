@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..speaking.failure import CheckFailed, Hint, NotImplementedYet, fail
+from ..speaking.failure import CheckFailed, Finding, Hint, LearnerWords, NotImplementedYet, fail
 from ..speaking.report import count_call, device_problem
 from .strict import refuse_odd_value
 
-__all__ = ["call_learner", "call_learner_allowing", "expect_raise"]
+__all__ = ["call_learner", "call_learner_allowing", "expect_raise", "learner_raised"]
 
 
 def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: str = "", **kwargs: Any) -> Any:
@@ -41,10 +41,7 @@ def call_learner(what: str, function: Callable[..., Any], *args: Any, scenario: 
     except CheckFailed:
         raise
     except Exception as error:  # the learner's bug, reported in the learner's terms
-        where = f"{scenario}: " if scenario else ""
-        raise CheckFailed(
-            f"{where}{what} raised {type(error).__name__}: {error}\n  hint: {_hint_for(error)}"
-        ) from error
+        raise learner_raised(what, error, scenario) from error
     return refuse_odd_value(result, f"what {what} returned", scenario)
 
 
@@ -72,7 +69,21 @@ def call_learner_allowing(
     return result
 
 
-def _hint_for(error: Exception) -> str:
+def learner_raised(what: str, error: BaseException, scenario: str = "", hint: str = "") -> CheckFailed:
+    """The failure "``what`` raised X: message", with the learner's words kept apart from the check's."""
+    where = f"{scenario}: " if scenario else ""
+    error_type = getattr(error, "remote_type", "") or type(error).__name__
+    finding = Finding(
+        scenario=scenario or what,
+        got=f"{what} raised {error_type}",
+        hint=hint,  # the check's own hint only: the default one points at the traceback below the message
+        learner=LearnerWords(error_type=error_type, message=str(error)),
+    )
+    message = f"{where}{what} raised {error_type}: {error}\n  hint: {hint or _hint_for(error)}"
+    return CheckFailed(message, finding=finding)
+
+
+def _hint_for(error: BaseException) -> str:
     problem = device_problem()
     if problem is not None:  # e.g. triton imported before paged_helpers: no kernel can run
         return problem

@@ -18,12 +18,67 @@ from typing import Any
 _PACKAGE_DIR = Path(__file__).resolve().parents[2]
 
 
+@dataclass(frozen=True)
+class LearnerWords:
+    """Text that came from the learner's code: theirs, shown as theirs, never as the check's words.
+
+    ``error_type`` is the name of the exception their code raised, ``message`` its message and
+    ``printed`` what their code printed. A hidden scenario's failure shows none of it but a builtin
+    exception's name (``hidden_failure``): any of it could carry the scenario's numbers.
+    """
+
+    error_type: str = ""
+    message: str = ""
+    printed: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A failure's parts as data, from the check to the grader's feedback page.
+
+    ``scenario``, ``expected``, ``got`` and ``hint`` are the check's own words (``got`` may quote a
+    value the learner's code returned); ``concept`` is the hint's idea when the hint is a tiered
+    ``Hint`` (a sentence with no number of the scenario in it); ``learner`` is what the learner's code
+    said. Nothing downstream reads these back out of the formatted message.
+    """
+
+    scenario: str
+    expected: str = ""
+    got: str = ""
+    hint: str = ""
+    concept: str = ""
+    learner: LearnerWords | None = None
+
+    def as_data(self, limit: int = 2000) -> dict[str, Any]:
+        """Plain, bounded data (what crosses from the checker to the grader)."""
+        data: dict[str, Any] = {
+            name: str(getattr(self, name))[:limit] for name in ("scenario", "expected", "got", "hint", "concept")
+        }
+        words = self.learner or LearnerWords()
+        data["learner"] = {name: str(getattr(words, name))[:limit] for name in ("error_type", "message", "printed")}
+        return data
+
+
 class CheckFailed(AssertionError):
-    """A check found a bug. The message is written for the learner.
+    """A check found a bug. The message is written for the learner; ``finding`` holds its parts.
 
     In IPython (a notebook) it renders as its message first; the check's own frames are left
     out, and when the learner's code raised, the frames of the learner's code follow.
     """
+
+    def __init__(self, message: str = "", *, finding: Finding | None = None):
+        super().__init__(message)
+        self.finding = finding if finding is not None else Finding(scenario=message)
+
+    def reworded(self, message: str, **changes: Any) -> CheckFailed:
+        """The same failure (same class, same cause) with another message and some parts changed."""
+        import dataclasses
+
+        error = type(self).__new__(type(self), message)  # no __init__: a subclass may take more arguments
+        error.__dict__.update(self.__dict__)
+        error.finding = dataclasses.replace(self.finding, **changes)
+        error.__cause__ = self.__cause__
+        return error
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -57,9 +112,28 @@ class NoVerdict(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
+def python_exception_name(name: str) -> str:
+    """``name`` if it is one of Python's own exceptions; a learner's own class could be named anything
+    (a hidden scenario's numbers, say)."""
+    import builtins
+
+    value = getattr(builtins, name, None)
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return name
+    return "an exception of a class of your own"
+
+
+def without_numbers(text: str) -> str:
+    """``text`` with each number but 0 and 1 replaced by "n": a hint may be computed from a hidden
+    scenario's sizes, while a 0 or a 1 in a hint is the rule's own ("add 1 to its count")."""
+    import re
+
+    return re.sub(r"\d+(\.\d+)?", lambda number: number[0] if number[0] in ("0", "1") else "n", text)
+
+
 def refuse(scenario: str, expected: Any, got: Any, hint: str) -> None:
     """``fail``, raising ``Refused``."""
-    raise Refused(f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint}")
+    raise Refused(four_parts(scenario, expected, got, hint), finding=_finding(scenario, expected, got, hint))
 
 
 def learner_frames(error: BaseException) -> list[traceback.FrameSummary]:
@@ -79,9 +153,16 @@ def four_parts(scenario: str, expected: Any, got: Any, hint: str | Hint) -> str:
     return f"{scenario}\n  expected: {expected}\n  got:      {got}\n  hint: {hint_text(scenario, hint)}"
 
 
+def _finding(scenario: str, expected: Any, got: Any, hint: str | Hint) -> Finding:
+    concept = hint.concept if isinstance(hint, Hint) else ""
+    plain = hint.concept if isinstance(hint, Hint) else str(hint)
+    return Finding(str(scenario), str(expected), str(got), plain, concept)
+
+
 def fail(scenario: str, expected: Any, got: Any, hint: str | Hint) -> None:
     """Raise CheckFailed with the course's four-part message (a ``Hint`` is shown in tiers)."""
-    raise CheckFailed(four_parts(scenario, expected, got, hint))
+    finding = _finding(scenario, expected, got, hint)
+    raise CheckFailed(four_parts(scenario, expected, got, hint), finding=finding)
 
 
 # ----- hints in two tiers ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...running.graded import graded_run
-from .failure import CheckFailed, NotImplementedYet
+from .failure import CheckFailed, Finding, LearnerWords, NotImplementedYet, python_exception_name, without_numbers
 
 __all__ = [
     "HIDDEN_LABEL",
@@ -28,6 +28,7 @@ __all__ = [
     "check",
     "count_call",
     "device_problem",
+    "hidden_failure",
     "quiet",
     "run_hidden_scenarios",
 ]
@@ -153,7 +154,7 @@ def check(
                 if problem is None:
                     raise
                 # e.g. triton imported before paged_helpers: say so first, not "0 active drivers"
-                raise type(error)(f"{problem}\n{error}") from error.__cause__
+                raise error.reworded(f"{problem}\n{error}") from error.__cause__
             finally:
                 _TALLY.reset(token)
             print(f"{function.__name__}{_hidden_label(function, kwargs)}: {summary or _summary(tally)}")
@@ -176,27 +177,54 @@ def check(
 # ----- hidden scenarios ----------------------------------------------------------------------------
 
 
-def run_hidden_scenarios(kinds: dict[str, Callable[..., None]], seed: int, count: int, *args: Any) -> None:
-    """Run ``count`` of ``kinds`` (description -> scenario function taking ``(*args, rng)``), chosen
-    and sized by ``seed``: the hidden tests' scenarios, which the visible calls never run.
+def run_hidden_scenarios(kinds: dict[str, Callable[..., None]], seed: int, *args: Any) -> None:
+    """Run every one of ``kinds`` (description -> scenario function taking ``(*args, rng)``), sized by
+    ``seed``: the hidden tests' scenarios, which the visible calls never run.
 
-    The graders pass a seed nobody outside the grader knows, so neither which kinds run nor their
-    sizes can be reproduced from a seed a learner can see. A failure names the kind and gives its
-    hint, but none of the scenario's numbers (sizes, block ids, counts come from the secret seed).
+    The graders pass a seed nobody outside the grader knows, drawn afresh for each submission. The
+    seed picks sizes, orders and names within each kind, never which kinds run or how far, so a
+    bug that one draw catches, every draw catches, and resubmitting until a draw misses it is
+    pointless. A failure names the kind and gives its hint (``hidden_failure``), never a number of
+    the scenario or a word of the learner's code.
     """
     import random
 
     rng = random.Random(f"hidden scenarios/{seed}")
-    for description in rng.sample(sorted(kinds), min(count, len(kinds))):
+    for description in sorted(kinds):
         try:
             kinds[description](*args, rng)
         except NotImplementedYet:
-            raise
+            raise NotImplementedYet(
+                f"not implemented yet: a hidden scenario ({description}) called code of yours that still raises "
+                "NotImplementedError."
+            ) from None
         except CheckFailed as error:
-            text = str(error)
-            hint = text[text.index("  hint:") :] if "  hint:" in text else "  hint: run the visible scenarios again."
-            raise type(error)(
-                f"a hidden scenario failed: {description}.\n"
-                f"  (its sizes and ids are not shown; the visible check passes the same rules on other cases)\n"
-                f"{hint}"
-            ) from error.__cause__
+            raise hidden_failure(description, error) from None
+
+
+def hidden_failure(description: str, error: CheckFailed) -> CheckFailed:
+    """What a hidden scenario's failure may say: its kind, the check's hint with every number left out,
+    and the name of the exception the learner's code raised when that is one of Python's own.
+
+    Nothing else: the scenario's sizes and ids, the expected and returned values, and the learner's
+    message or printed lines could all carry the hidden scenario's numbers into the feedback (a
+    learner's code can raise an exception whose message is its log of the calls it saw).
+    """
+    finding = error.finding
+    hint = without_numbers(finding.concept or finding.hint) or (
+        "the visible scenarios pass, so the bug is in a case they do not reach: build a scenario of this kind "
+        "in a cell of your own and run your code on it"
+    )
+    scenario = f"a hidden scenario failed: {description}"
+    lines = [
+        f"{scenario}.",
+        "  (its sizes and ids are not shown, nor your code's messages in it; the visible check passes the same "
+        "rules on other cases)",
+    ]
+    learner = None
+    if finding.learner is not None and finding.learner.error_type:
+        error_type = python_exception_name(finding.learner.error_type)
+        lines.append(f"  your code raised: {error_type}")
+        learner = LearnerWords(error_type=error_type)
+    lines.append(f"  hint: {hint}")
+    return type(error)("\n".join(lines), finding=Finding(scenario=scenario, hint=hint, learner=learner))
