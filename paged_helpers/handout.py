@@ -5,8 +5,8 @@ Everything but the last two rows is read from the notebook itself and from the c
 ``REGISTRY``, so the handout cannot drift from what is graded: the points and grade ids from the
 nbgrader metadata of the graded cells, the checks each test cell calls (and what each verifies,
 the first paragraph of its docstring), the definitions to write from the solution cells (a class
-lists the methods holding a solution region). Only the time estimate and the notes on what is not
-checked are written by hand, below.
+lists the methods holding a solution region). Only the time estimate, the notes on what is not
+checked and the notes on points are written by hand, below.
 
 The handout is a markdown cell with id ``handout`` right after each notebook's title cell::
 
@@ -26,7 +26,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HOURS", "NOT_CHECKED", "Deliverable", "deliverables", "handout_markdown", "interfaces", "main"]
+__all__ = [
+    "HOURS",
+    "NOT_CHECKED",
+    "POINTS_NOTE",
+    "Deliverable",
+    "deliverables",
+    "handout_markdown",
+    "interfaces",
+    "main",
+]
 
 CELL_ID = "handout"
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -39,7 +48,7 @@ HOURS = {
     "03_paged_kv_cache": "2 to 3 hours",
     "04_fork_and_copy_on_write": "2 to 3 hours",
     "05_prefix_caching": "2 to 3 hours",
-    "06_triton_warmup": "2 to 3 hours",
+    "06_triton_warmup": "3 to 4 hours",
     "07_paged_decode_kernel": "2.5 to 4 hours",
     "08_continuous_batching": "3 to 4.5 hours",
     "09_paged_prefill_kernel": "2.5 to 4 hours",
@@ -61,6 +70,18 @@ NOT_CHECKED = {
         "the order in which a full host drops its entries (any order that spares pinned slots passes), and the "
         "measurements of parts 2 and 3 (a simulation with a stated cost model)"
     ),
+}
+
+# Written by hand: what a learner should know about how a notebook's points were set (CONTRIBUTING.md,
+# "How points are set"), where the table alone would mislead.
+POINTS_NOTE = {
+    "08_continuous_batching": (
+        "each stage check scores its own methods; the four `check_engine` cells score what no stage check "
+        "can see: `_forward`, the one method no stage runs (`test_engine_batching`, 4 points), and the "
+        "whole engine serving workloads on the model through preemption, refusal and sampling (1 point "
+        "each), so a bug a stage check finds costs that stage's points and at most these few more"
+    ),
+    "11_cache_tiers_and_routing": "a stretch notebook: its points are capped at 8% of the course's",
 }
 
 _CHECK_CALL = re.compile(r"\b(check_\w+)\(")
@@ -188,6 +209,8 @@ def handout_markdown(name: str, notebooks: str | Path = NOTEBOOKS) -> str:
         else:
             checks = ", ".join(f"`{check}`" for check in item.checks)
             lines.append(f"| `{item.grade_id}` | {_points(item.points)} | {checks} |")
+    if name in POINTS_NOTE:
+        lines += ["", f"**Points:** {POINTS_NOTE[name]}."]
     lines += ["", "**You implement:**", ""]
     optional = frozenset(info.builds for info in registered if not info.graded) - {
         info.builds for info in registered if info.graded

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
 A = "02_block_allocator"
 TEST = "test_block_allocator"
 SOLUTION = "block_allocator"
-FULL = 6.0
+FULL = 5.0  # notebook 02's autograded points (test_block_allocator)
 TIMEOUT = 15
 
 PATCHED = "patched: the check now passes anything"
@@ -151,9 +151,9 @@ def swap():
 threading.Thread(target=swap, daemon=True).start()
 """
 
-EXECUTE_RESULT_FIRST = """\
+EXECUTE_RESULT_FIRST = f"""\
 ip = get_ipython()
-ip.events.register("pre_run_cell", lambda *args: ip.displayhook(6.0))
+ip.events.register("pre_run_cell", lambda *args: ip.displayhook({FULL}))
 """
 
 AST_TRANSFORMER = """\
@@ -362,7 +362,7 @@ def _submissions() -> dict[str, tuple[nbformat.NotebookNode, float, str]]:
         "execute_result_first": (
             insert_cell_after(blank, SOLUTION, EXECUTE_RESULT_FIRST),
             0.0,
-            "an execute_result (6.0) emitted before the test's error",
+            f"an execute_result ({FULL}) emitted before the test's error",
         ),
         "ast_transformer": (
             insert_cell_after(blank, SOLUTION, AST_TRANSFORMER),

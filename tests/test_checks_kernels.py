@@ -116,9 +116,10 @@ def test_the_kernel_checks_pass_for_random_31_bit_seeds():
             check(solution(notebook, name), seed=seed)
 
 
-# Another design: notebook 07's "after Q1" kernel. One program per KV head handles its whole query
-# group (a [group, D] tile of queries, each K/V block loaded once), inside the grid the check states
-# (B, heads): program (seq, h) with h % group == 0 does the group's work, the others nothing. A
+# Another design: the kernel of notebook 07's Q1 (its "Going further" describes it). One program per
+# KV head handles its whole query group (a [group, D] tile of queries, each K/V block loaded once),
+# inside the grid the check states (B, heads): program (seq, h) with h % group == 0 does the group's
+# work, the others nothing. A
 # helper named with a leading underscore, and a constant made with tl.constexpr(float("-inf")), as
 # Triton's own tutorials write them.
 GROUPED_DECODE = """
@@ -461,6 +462,8 @@ def test_split_k_check_names_a_decode_bug_inside_the_splits(tmp_path):
 # --------------------------------------------------------------------------- wrong prefill kernels
 
 CAUSAL = "causal = (k_positions[None, :] <= q_positions[:, None]) & in_cache[None, :]"
+PREFILL_SCORES = 's = tl.dot(q, tl.trans(k), input_precision="ieee") * scale'
+PREFILL_PV_DOT = 'acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")'
 PREFILL_WRONG = {
     "causal mask excludes the diagonal": (
         [(CAUSAL, "causal = (k_positions[None, :] < q_positions[:, None]) & in_cache[None, :]")],
@@ -489,18 +492,14 @@ PREFILL_WRONG = {
     ),
     "query head as KV head": ([("kvh = h // group\n", "kvh = h\n")], "query head h read KV head h."),
     "missing scale": (
-        [
-            (
-                "s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale ",
-                "s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) ",
-            )
-        ],
+        [(PREFILL_SCORES, PREFILL_SCORES.replace(" * scale", ""))],
         "not multiplied by scale = 1 / sqrt(head_dim)",
     ),
     "no running-max rescale": (
         [
             ("l = l * alpha + tl.sum(p, axis=1)", "l = l + tl.sum(p, axis=1)"),
             ("acc = acc * alpha[:, None] + ", "acc = acc + "),
+            ("tl.dot(p, v, acc * alpha[:, None], ", "tl.dot(p, v, acc, "),
         ],
         "does not rescale what it has already summed",
     ),
@@ -521,8 +520,8 @@ PREFILL_WRONG = {
     "query rows past T loaded without a mask": (
         [
             (
-                "q = tl.load(q_ptr + q_offsets, mask=row_valid[:, None], other=0.0).to(tl.float32)",
-                "q = tl.load(q_ptr + q_offsets).to(tl.float32)",
+                "q = tl.load(q_ptr + q_offsets, mask=row_valid[:, None], other=0.0)",
+                "q = tl.load(q_ptr + q_offsets)",
             )
         ],
         "elements past the end of q_ptr",
@@ -544,6 +543,27 @@ def test_the_prefill_kernel_check_names_the_bug(tmp_path, bug):
     edits, expected = PREFILL_WRONG[bug]
     wrong = kernel_variant(tmp_path, PREFILL, "paged_prefill_kernel", *edits)
     assert expected in message_of(check_paged_prefill_kernel, wrong)
+
+
+def test_the_instructor_prefill_kernel_takes_tl_dot_where_the_shapes_allow():
+    """Notebook 09's kernel: the scores by tl.dot at every block size (its inner dimension is head_dim),
+    p @ v by tl.dot only where a block holds 16 tokens or more (a constexpr branch: the other is never
+    compiled), so no [TILE, BLOCK, D] tile of products where a block is large."""
+    source = kernel_source(PREFILL, "paged_prefill_kernel")
+    assert PREFILL_SCORES in source and "q[:, None, :] * k[None, :, :]" not in source
+    assert "if BLOCK >= 16:" in source and PREFILL_PV_DOT in source
+
+
+def test_a_prefill_kernel_without_tl_dot_passes_too(tmp_path):
+    """The check judges what a kernel computes: the broadcast-and-sum design (no tl.dot) passes as well."""
+    broadcast = kernel_variant(
+        tmp_path,
+        PREFILL,
+        "paged_prefill_kernel",
+        (PREFILL_SCORES, "s = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), axis=2) * scale"),
+        (PREFILL_PV_DOT, "acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)"),
+    )
+    check_paged_prefill_kernel(broadcast)
 
 
 def test_the_prefill_kernel_check_needs_no_earlier_notebook(tmp_path):

@@ -10,11 +10,17 @@ import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_kv_router
 
-from conftest import solution
+from conftest import SECRET_SEEDS, solution
 from student_release import release_definition
 
 NOTEBOOK = "11_cache_tiers_and_routing"
-EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "10_radix_cache")
+EARLIER = (
+    "02_block_allocator",
+    "03_paged_kv_cache",
+    "04_fork_and_copy_on_write",
+    "05_prefix_caching",
+    "10_radix_cache",
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +105,58 @@ def test_hidden_streams_catch_stale_events_without_numbers(right, failing_messag
     wrong = type("stale", (right,), {"on_event": on_event_ignoring_removals})
     message = failing_message(lambda router: check_kv_router(router, seed=random.getrandbits(31), hidden=True), wrong)
     assert "a hidden scenario failed" in message and "a 'removed' event means" in message, message
+
+
+# Each wrong router -> the hidden kinds that catch it in every draw: all but the ones that cannot (a
+# weight of 1 hides a cost without the weight; one replica has no ties).
+ALL_KINDS = ("many replicas", "a router that weighs load only", "long prompts, a strong overlap weight", "one replica")
+CAUGHT_BY = {
+    "stale_events": ALL_KINDS,
+    "overlap_not_a_prefix": ALL_KINDS,
+    "cost_without_weight": ("a router that weighs load only", "long prompts, a strong overlap weight", "one replica"),
+    "cost_counting_overlap": ALL_KINDS,
+    "ties_to_the_last": ("many replicas", "a router that weighs load only", "long prompts, a strong overlap weight"),
+}
+
+
+def _hidden_call(seed):
+    def hidden_call(router):
+        return check_kv_router(router, seed=seed, hidden=True)
+
+    return hidden_call
+
+
+def test_right_router_passes_the_secret_seeds(right):
+    from paged_helpers.checks.tiers.routing import _HIDDEN
+
+    assert set(ALL_KINDS) == set(_HIDDEN) and set(CAUGHT_BY) == set(WRONG)
+    for seed in SECRET_SEEDS:
+        check_kv_router(right, seed=seed, hidden=True)
+
+
+@pytest.mark.parametrize("bug", list(WRONG))
+def test_hidden_call_fails_every_wrong_router_at_every_seed(bug, right, failing_message):
+    """Issue 36: the hidden call fails each wrong router at every one of the SECRET_SEEDS, naming no number."""
+    wrong = type(bug, (right,), WRONG[bug][0])
+    for seed in SECRET_SEEDS:
+        message = failing_message(_hidden_call(seed), wrong)
+        assert "a hidden scenario failed" in message and "hint:" in message, f"seed {seed}: {message}"
+        assert "expected:" not in message, f"seed {seed}: {message}"
+
+
+@pytest.mark.parametrize("bug", list(WRONG))
+def test_each_hidden_kind_catches_its_wrong_routers_in_every_draw(bug, right, failing_message):
+    """Issue 36: no draw lets a kind miss a mistake it can show (a stream with no block held after a gap,
+    no tie for the lowest cost, or the one weight of 1 among the kind's weights): each kind of
+    ``CAUGHT_BY[bug]``, run alone, fails the wrong router at every seed, and the message names that kind."""
+    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+    from paged_helpers.checks.tiers.routing import _HIDDEN
+
+    wrong = type(bug, (right,), WRONG[bug][0])
+    for kind in CAUGHT_BY[bug]:
+        for seed in SECRET_SEEDS:
+            message = failing_message(run_hidden_scenarios, {kind: _HIDDEN[kind]}, seed, wrong)
+            assert f"a hidden scenario failed: {kind}." in message, f"{kind}, seed {seed}: {message}"
 
 
 def test_release_says_not_implemented_yet(tmp_path):

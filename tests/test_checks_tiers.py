@@ -15,7 +15,13 @@ from conftest import solution
 from student_release import release_definition
 
 NOTEBOOK = "11_cache_tiers_and_routing"
-EARLIER = ("02_block_allocator", "03_paged_kv_cache", "04_fork_and_copy_on_write", "10_radix_cache")
+EARLIER = (
+    "02_block_allocator",
+    "03_paged_kv_cache",
+    "04_fork_and_copy_on_write",
+    "05_prefix_caching",
+    "10_radix_cache",
+)
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +124,12 @@ def load_back_keeping_pins(self, slots):
     return blocks
 
 
+def block_keys_of_token_tuples(self, tokens):
+    """The keys notebook 11 used before its blocks were keyed by notebook 05's chain: whole-prefix tuples."""
+    tokens = self._full_blocks(tokens)
+    return [tokens[:end] for end in range(self.block_size, len(tokens) + 1, self.block_size)]
+
+
 WRONG = {
     "load_back_into_a_held_block": (
         dict(load_back=load_back_reusing_the_victims_block),
@@ -146,6 +158,10 @@ WRONG = {
     "load_back_keeps_its_pins": (
         dict(load_back=load_back_keeping_pins),
         ["the count of host slot", "until load_back releases the pin"],
+    ),
+    "block_keys_not_the_chain": (
+        dict(block_keys=block_keys_of_token_tuples),
+        ["block_keys giving notebook 05's chain", "block_keys is given code"],
     ),
     "offload_copies_keys_only": (
         dict(offload=offload_keys_only),

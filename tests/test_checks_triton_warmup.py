@@ -13,16 +13,20 @@ import nbformat
 import pytest
 
 from paged_helpers.checks import (
+    CheckFailed,
     NotImplementedYet,
+    check_block_scores_kernel,
+    check_causal_scores_kernel,
     check_gather_rows_kernel,
     check_load_block_kernel,
+    check_online_attention_kernel,
     check_row_max_kernel,
     check_scale_kernel,
     check_softmax_kernel,
 )
 from paged_helpers.running.learner_kernel import LearnerKernel
 
-from conftest import NOTEBOOKS, solution, strip_ansi
+from conftest import NOTEBOOKS, SECRET_SEEDS, solution, strip_ansi
 from student_release import release_definition
 
 NOTEBOOK = "06_triton_warmup"
@@ -32,6 +36,9 @@ CHECKS = {
     "gather_rows_kernel": check_gather_rows_kernel,
     "softmax_kernel": check_softmax_kernel,
     "load_block_kernel": check_load_block_kernel,
+    "block_scores_kernel": check_block_scores_kernel,
+    "online_attention_kernel": check_online_attention_kernel,
+    "causal_scores_kernel": check_causal_scores_kernel,
 }
 
 
@@ -85,6 +92,9 @@ _NO_RESCALE = (
     ("        m = m_new\n", ""),
 )
 _LOAD_BLOCK_LOAD = "tile = tl.load(base + slots[:, None] * s_slot + rd[None, :], mask=valid[:, None], other=0.0)"
+_SCORES_STORE = 'tl.store(out_ptr + rows, tl.where(valid, s, -float("inf")))'
+_ATTENTION_SCORES = 's = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, -float("inf"))'
+_CAUSAL = "causal = keys[None, :] <= (start + rows)[:, None]"
 
 WRONG = {
     # puzzle 1
@@ -218,29 +228,151 @@ WRONG = {
     "load_block: head ignored": (
         "load_block_kernel",
         [(" + head * s_head", "")],
-        ["head 1", "holds pool[3, 0, 0, 0] instead of pool[3, 0, 1, 0]", "head * s_head"],
+        ["head 1", "holds pool[3, 0, 0, 0] instead of pool[3, 1, 0, 0]", "head * s_head"],
     ),
-    "load_block: a contiguous pool's head stride": (
+    # notebook 06's old order of the strides (block, slot, head) against 07's (block, head, slot)
+    "load_block: head and slot strides exchanged": (
         "load_block_kernel",
-        [("head * s_head", "head * D")],
-        ["heads lie 6 apart", "as if heads were packed (a contiguous pool's layout)", "head * s_head"],
+        [("s_block, s_head, s_slot, BLOCK", "s_block, s_slot, s_head, BLOCK")],
+        [
+            "head and slot strides are exchanged (here s_head is 32 and s_slot 4)",
+            "s_block, s_head, s_slot in that order",
+        ],
+    ),
+    "load_block: a contiguous pool's strides by hand": (
+        "load_block_kernel",
+        [("head * s_head", "head * BLOCK * D"), ("slots[:, None] * s_slot", "slots[:, None] * D")],
+        ["slots lie 6 apart", "strides of a contiguous pool were worked out by hand", "(s_head 24, s_slot 6)"],
     ),
     "load_block: hard-coded strides": (
         "load_block_kernel",
         [
-            ("physical * s_block + head * s_head", "physical * 32 + head * 4"),
-            ("slots[:, None] * s_slot", "slots[:, None] * 8"),
+            ("physical * s_block + head * s_head", "physical * 32 + head * 16"),
+            ("slots[:, None] * s_slot", "slots[:, None] * 4"),
         ],
         [
             "a full block in the middle",
-            "holds pool[1, 4, 1, 0] instead of pool[3, 0, 1, 0]",
+            "holds pool[1, 1, 4, 0] instead of pool[3, 1, 0, 0]",
             "the strides the kernel is handed",
         ],
     ),
     "load_block: out addressed with the pool's slot stride": (
         "load_block_kernel",
         [("tl.store(out_ptr + slots[:, None] * D", "tl.store(out_ptr + slots[:, None] * s_slot")],
-        ["a store of 16 of its 32 addresses outside every tensor", "out_ptr", "slots[:, None] * s_slot"],
+        ["slots lie 6 apart", "a store of 4 of its 16 addresses outside every tensor", "out_ptr"],
+    ),
+    # puzzle 6
+    "block_scores: masked slots scored 0": (
+        "block_scores_kernel",
+        [(_SCORES_STORE, "tl.store(out_ptr + rows, s)")],
+        ["the last block holds 5", "-inf for i in 13..15", "kept the score of the zero key", "tl.where(valid, s"],
+    ),
+    "block_scores: masked slots not stored": (
+        "block_scores_kernel",
+        [(_SCORES_STORE, "tl.store(out_ptr + rows, s, mask=valid)")],
+        ["out[13] and on (slots past the length) never written", "store the whole block"],
+    ),
+    "block_scores: summed over the slots": (
+        "block_scores_kernel",
+        [("tl.sum(k * q[None, :], axis=1)", "tl.sum(k * q[None, :], axis=0)")],
+        ["head_dim 8", "summed over the slots (axis 0)", "axis=1"],
+    ),
+    "block_scores: q along the slots": (
+        "block_scores_kernel",
+        [("tl.sum(k * q[None, :], axis=1)", "tl.sum(k * q[:, None], axis=1)")],
+        ["q was stood along the slots", "q[None, :]"],
+    ),
+    "block_scores: no scale": (
+        "block_scores_kernel",
+        [("axis=1) * scale", "axis=1)")],
+        ["not multiplied by scale"],
+    ),
+    "block_scores: mask without the block's start": (
+        "block_scores_kernel",
+        [("valid = rows < length", "valid = tl.arange(0, BLOCK) < length")],
+        ["a load of 24 of its 64 addresses outside every tensor", "k_ptr", "the block's start counts"],
+    ),
+    "block_scores: every program on block 0": (
+        "block_scores_kernel",
+        [("rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "rows = tl.arange(0, BLOCK)")],
+        ["8 of the 16 scores never written", "rows = tl.program_id(0) * BLOCK"],
+    ),
+    # puzzle 7
+    "online_attention: acc not rescaled": (
+        "online_attention_kernel",
+        [("acc = acc * alpha + ", "acc = acc + ")],
+        ["the largest score in the last block", "l was rescaled when the max grew, but acc was not"],
+    ),
+    "online_attention: nothing rescaled": (
+        "online_attention_kernel",
+        [("acc = acc * alpha + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")],
+        ["neither l nor acc was rescaled", "alpha = exp(m - m_new)"],
+    ),
+    "online_attention: l not rescaled": (
+        "online_attention_kernel",
+        [("l = l * alpha + ", "l = l + ")],
+        ["acc was rescaled when the max grew, but l was not"],
+    ),
+    "online_attention: masked slots scored 0": (
+        "online_attention_kernel",
+        [(_ATTENTION_SCORES, "s = tl.sum(k * q[None, :], axis=1) * scale")],
+        ["the last block holding 3 of 4", "took part in the softmax with a score of 0"],
+    ),
+    "online_attention: acc not divided by l": (
+        "online_attention_kernel",
+        [("tl.store(out_ptr + rd, acc / l)", "tl.store(out_ptr + rd, acc)")],
+        ["store acc / l"],
+    ),
+    "online_attention: running max started at 0": (
+        "online_attention_kernel",
+        [('m = tl.full((), -float("inf"), tl.float32)', "m = tl.zeros((), tl.float32)")],
+        ["every score far below zero (about -150)", "NaN or inf", "start that max at -inf"],
+    ),
+    "online_attention: no max subtracted": (
+        "online_attention_kernel",
+        [("alpha = tl.exp(m - m_new)", "alpha = 1.0"), ("p = tl.exp(s - m_new)", "p = tl.exp(s)")],
+        ["scores near 1000", "exp of such a score overflows", "subtract the running max"],
+    ),
+    "online_attention: V loaded without a mask": (
+        "online_attention_kernel",
+        [("v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0)", "v = tl.load(v_ptr + offsets)")],
+        ["a load of 8 of its 32 addresses outside every tensor", "v_ptr", "k and v hold exactly `length` rows"],
+    ),
+    # puzzle 8
+    "causal_scores: the mask in row numbers": (
+        "causal_scores_kernel",
+        [(_CAUSAL, "causal = keys[None, :] <= rows[:, None]")],
+        ["9 new tokens after 5 cached ones", "compared key positions with row numbers t", "(here 5 + t)"],
+    ),
+    "causal_scores: the diagonal left out": (
+        "causal_scores_kernel",
+        [(_CAUSAL, "causal = keys[None, :] < (start + rows)[:, None]")],
+        ["did not see its own key", "<=, not <"],
+    ),
+    "causal_scores: masked scores 0": (
+        "causal_scores_kernel",
+        [('s = tl.where(causal, s, -float("inf"))', "s = tl.where(causal, s, 0.0)")],
+        ["masked scores were stored as 0", "-inf"],
+    ),
+    "causal_scores: query rows past the chunk loaded": (
+        "causal_scores_kernel",
+        [
+            (
+                "q = tl.load(q_ptr + rows[:, None] * D + rd[None, :], mask=row_valid[:, None], other=0.0)",
+                "q = tl.load(q_ptr + rows[:, None] * D + rd[None, :])",
+            )
+        ],
+        ["a load of 48 of its 64 addresses outside every tensor", "q_ptr", "the last tile's rows past new_tokens"],
+    ),  # fmt: skip
+    "causal_scores: rows past the chunk stored": (
+        "causal_scores_kernel",
+        [("mask=row_valid[:, None] & key_valid[None, :])", "mask=key_valid[None, :])")],
+        ["a store of 12 of its 16 addresses outside every tensor", "out_ptr"],
+    ),
+    "causal_scores: out's rows new_tokens apart": (
+        "causal_scores_kernel",
+        [("rows[:, None] * total + keys[None, :], s", "rows[:, None] * new_tokens + keys[None, :], s")],
+        ["scores never written", "out_ptr + rows[:, None] * (start + new_tokens)"],
     ),
 }
 
@@ -251,6 +383,34 @@ def test_a_wrong_kernel_is_named(mistake, failing_message):
     message = strip_ansi(failing_message(CHECKS[name], edited(name, *edits)))
     for phrase in phrases:
         assert phrase in message, message
+
+
+@pytest.mark.parametrize("mistake", WRONG)
+def test_every_secret_seed_catches_a_wrong_kernel_in_the_hidden_call(mistake):
+    """The hidden call runs every kind in full in every draw: a wrong kernel fails at every seed the grader
+    may draw, with a message naming the kind and none of its sizes."""
+    name, edits, _ = WRONG[mistake]
+    wrong = edited(name, *edits)
+    for seed in SECRET_SEEDS:
+        try:
+            CHECKS[name](wrong, seed=seed, hidden=True)
+        except CheckFailed as error:
+            assert "hidden" in str(error) or name.removesuffix("_kernel") + ": " in str(error), str(error)
+            continue
+        pytest.fail(f"{mistake}: the hidden call passed at seed {seed}")
+
+
+def test_a_hidden_kind_names_the_bug_without_its_sizes(failing_message):
+    """A wrong kernel that only a hidden kind's shapes reach (the visible cases hold it to other shapes)
+    is still told what it gets wrong, with no number of the hidden scenario."""
+    name, edits, _ = WRONG["online_attention: no max subtracted"]
+    message = strip_ansi(
+        failing_message(
+            lambda k: check_online_attention_kernel(k, seed=SECRET_SEEDS[0], hidden=True), edited(name, *edits)
+        )
+    )
+    assert "a hidden scenario failed: every score far below zero" in message, message
+    assert "running max" in message and "length" not in message and "BLOCK =" not in message, message
 
 
 def test_the_wrong_stride_is_not_blamed_on_a_mask(failing_message):
@@ -339,12 +499,14 @@ def test_the_block_picture_draws_the_kernels_addresses():
 
     from paged_helpers.plots.warmup import offset_coded_pool, plot_block
 
-    pool = offset_coded_pool((8, 4, 2, 4))
+    pool = offset_coded_pool((8, 2, 4, 4))  # [num_blocks, heads, block_size, head_dim], as in 03 and 07
     out = torch.full((4, 4), math.nan)
     solution(NOTEBOOK, "load_block")(pool, torch.tensor([3, 0, 5], dtype=torch.int32), 11, 2, 1, out)
     figure = plot_block(block_size=4, heads=2, head_dim=4, physical=5, head=1, rows=3, stored=out)
     texts = [text.get_text() for text in figure.axes[0].texts]
-    assert "164" in texts and "183" in texts and "slot 3: masked: no token" in texts, texts
+    # block 5, head 1: base 5 * 32 + 1 * 16 = 176; slot 2, column 3: 176 + 2 * 4 + 3 = 187
+    assert "176" in texts and "187" in texts and "slot 3: masked: no token" in texts, texts
+    assert "(s_block 32, s_head 16, s_slot 4)" in " ".join(texts), texts
     red = [text.get_text() for text in figure.axes[0].texts if text.get_color() == "#C44E52"]
     assert red == [], red
     out[1, 2] = 7.0

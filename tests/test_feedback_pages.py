@@ -3,7 +3,7 @@
 One student's perfect notebook 01 is graded and given feedback with ``autograde/course.py``:
 
 * its two written answers, not marked yet, read "awaiting grading" and stay out of the total
-  (nbgrader's own page says "Score: 0.0 / 2.0" for each, so a perfect 01 read 4 / 8); once an
+  (nbgrader's own page says "Score: 0.0 / 2.0" for each, so a perfect 01 read 2 / 6); once an
   instructor marks one, the page shows that mark and counts it;
 * the copy-on-write demo's cell in 04's feedback keeps a picture of the last state the grader's
   run reached (the fork and the copy the notebook's own cell drives), not an empty output, and
@@ -52,10 +52,10 @@ def _console(done) -> str:
 def test_unmarked_written_answers_await_grading_and_stay_out_of_the_total(graded):
     root, _, _ = graded
     text = " ".join(feedback_text(root, "perfect", NOTEBOOK).split())
-    assert f"{NOTEBOOK} (Score: 4.0 / 4.0; 4.0 more points of written answers awaiting grading)" in text
+    assert f"{NOTEBOOK} (Score: 2.0 / 2.0; 4.0 more points of written answers awaiting grading)" in text
     assert "Score: 0.0 / 2.0" not in text
     assert text.count("awaiting grading: 2.0 points, marked by hand") == 2 * len(WRITTEN)  # contents, and each cell
-    assert "Test cell (Score: 4.0 / 4.0)" in text
+    assert "Test cell (Score: 2.0 / 2.0)" in text
 
 
 def test_a_marked_answer_shows_its_mark(graded):
@@ -68,7 +68,7 @@ def test_a_marked_answer_shows_its_mark(graded):
         gradebook.db.commit()
     course(root, "feedback")
     text = " ".join(feedback_text(root, "perfect", NOTEBOOK).split())
-    assert f"{NOTEBOOK} (Score: 5.5 / 6.0; 2.0 more points of written answers awaiting grading)" in text
+    assert f"{NOTEBOOK} (Score: 3.5 / 4.0; 2.0 more points of written answers awaiting grading)" in text
     assert "Written response (Score: 1.5 / 2.0)" in text
     assert text.count("awaiting grading: 2.0 points, marked by hand") == 2
 

@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
 A = "02_block_allocator"
 TEST = "test_block_allocator"
 SOLUTION = "block_allocator"
-FULL = 6.0
+FULL = 5.0  # notebook 02's autograded points (test_block_allocator)
 TIMEOUT = 15
 BUDGET_CELLS = 2  # a notebook's kernel time: 2 x 15 s
 

@@ -55,7 +55,7 @@ COURSE_LAUNCHERS = {
         (
             "load_block",
             lambda: (
-                torch.ones(5, 4, 2, 8, **_f32),
+                torch.ones(5, 2, 4, 8, **_f32),  # [num_blocks, heads, block_size, head_dim], as in 03 and 07
                 torch.tensor([3, 1], dtype=torch.int32),
                 6,
                 1,
@@ -63,6 +63,12 @@ COURSE_LAUNCHERS = {
                 torch.empty(4, 8, **_f32),
             ),
         ),  # fmt: skip
+        ("block_scores", lambda: (torch.ones(8, **_f32), torch.ones(11, 8, **_f32), 0.35)),
+        (
+            "online_attention",
+            lambda: (torch.ones(8, **_f32), torch.ones(11, 8, **_f32), torch.ones(11, 8, **_f32), 0.35),
+        ),
+        ("causal_scores", lambda: (torch.ones(9, 16, **_f32), torch.ones(14, 16, **_f32), 5, 0.25)),
     ],
 }
 

@@ -365,6 +365,22 @@ def test_demo_says_not_implemented_instead_of_a_traceback(PagedKVCache, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_demo_names_the_earlier_notebook_whose_stub_raised(tmp_path):
+    """In 04 the constructor is notebook 03's: the line sends the learner there, not to "its cell"."""
+    from student_release import release_definition
+
+    unfinished03 = release_definition(tmp_path, "03_paged_kv_cache", "PagedKVCache", finished=("02_block_allocator",))
+
+    class PagedKVCache(unfinished03):  # notebook 04's class, adding fork and copy-on-write
+        pass
+
+    demo = CowDemo(PagedKVCache)
+    where = "`PagedKVCache.__init__` in 03_paged_kv_cache.ipynb"
+    assert demo.problem.startswith(f"PagedKVCache.__init__ is not implemented yet: {where}")
+    assert "Finish it in 03_paged_kv_cache.ipynb" in demo.problem
+    assert "in its cell" not in demo.problem
+
+
 def test_demo_reports_a_full_pool(PagedKVCache):
     demo = CowDemo(PagedKVCache, num_blocks=4)
     demo.create(12)

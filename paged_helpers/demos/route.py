@@ -1,22 +1,36 @@
-"""Routing: multi-turn chats over 1-8 replicas; round robin, least loaded, cache-aware (KV events).
+"""Routing: multi-turn chats (or sessions over shared documents) over 1-8 replicas, and who routes best.
 
 Each replica is simulated in this process with its own PagedKVCache (notebook 04, bookkeeping
 shape: one layer, one head of size one) and its own RadixCache (notebook 10), served as in
-``run.py radix``. Requests arrive in rounds: every chat's first turn waits at round 0, a chat's next
-turn arrives 1 to 3 rounds after its previous one was served (seeded; the same for every policy), the
-order within a round is shuffled (seeded), and each round admits up to ``--batch``
-requests per replica, first come first served. The router places each admitted request; the
-replica's tree changes (blocks inserted, leaves evicted) reach the router as KV events ("stored",
-"removed", with block keys: the tokens from the start of the prompt to each block's end), the only
-thing a router knows about a replica. Policies: round robin, least loaded (fewest blocks held by the
-replica's running requests), the learner's ``CacheAwareRouter`` (notebook 11), and the same router
-deaf to "removed" events ("stale events": what a router that ignores evictions does).
+``run.py radix``; with ``--host-blocks N`` each replica's cache is notebook 11's TieredRadixCache
+over a host tier of N blocks instead. Requests arrive in rounds: every session's first request
+waits at round 0, its next one arrives 1 to 3 rounds after the previous one was served (seeded; the
+same for every policy), the order within a round is shuffled (seeded), and each round admits up to
+``--batch`` requests per replica, first come first served. The router places each admitted request.
 
-Per policy and replica count: hit rate (prompt tokens found in the chosen replica's cache / prompt
-tokens), prefill tokens, time to first token from the stated cost model (``demos/cost_model.py``: a
-replica prefills a round's requests one after another; a request's TTFT is the prefill time before
-it on its replica in that round plus its own; mean and 90th percentile), and load imbalance (the
-busiest replica's prefill tokens / the mean over replicas).
+What a router can know. A replica's tree changes (blocks inserted, leaves evicted) and, with a host
+tier, its host's changes reach the routers that listen as KV events: ("stored" or "removed", block
+keys, medium "GPU" or "CPU"). A block's key is notebook 05's chained SHA-256 of every token up to the
+block's end, as hex (``checks.tiers.keys``); the router hashes a request's tokens the same way, so a
+key means the same thing in every process, unless a replica seeds its chain on its own (the policy
+"hashes seeded per replica": what vLLM's per-process random ``NONE_HASH`` did to routers and shared
+tiers).
+
+Policies (``POLICIES``): round robin; least loaded (fewest blocks held by the replica's running
+requests); session affinity (a session's first request to the least loaded replica, every later one
+to the same replica, as a load balancer keyed on a session id does); approximate (no events: the
+learner's router fed by its own routing decisions, each forgotten ``--ttl`` rounds later, as Dynamo's
+router without KV events, ``ApproxKvIndexer``, and llm-d's approximate prefix-cache scorer estimate a
+replica's cache from the requests they sent it); cache-aware (the learner's ``CacheAwareRouter`` on
+the replicas' KV events, GPU only); stale events (the same router deaf to "removed"); hashes seeded per
+replica. With host tiers, also tier-aware (the learner's ``TierAwareRouter``: events of both media, a
+host block credited 0.8 of a GPU block).
+
+Per policy and replica count: hit rate (prompt tokens found in the chosen replica's cache, GPU or
+host / prompt tokens), prefill tokens, time to first token from the stated cost model
+(``demos/cost_model.py``: a replica prefills a round's requests one after another; a request's TTFT is
+the prefill time before it on its replica in that round plus its own; a host load-back is not timed),
+mean and 90th percentile, and load imbalance (the busiest replica's prefill tokens / the mean).
 """
 
 from __future__ import annotations
@@ -24,27 +38,38 @@ from __future__ import annotations
 import argparse
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workloads import ChatWorkload, multi_turn_chats, trace_chats
+from ..checks.tiers.keys import chain_keys, chain_step, root_digest, seeded_root
+from ..workloads import ChatWorkload, multi_turn_chats, random_tokens, trace_chats
 from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
 from .cost_model import COST_MODEL, CostModel, cost_model_from
 from .implementation import load_impl
 from .prompt_counts import PromptCounts
 from .radix import RadixServer
+from .tiers import TieredServer
 
 REPLICA_COUNTS = (1, 2, 4, 8)
 BOOKKEEPING_SHAPE = {"layers": 1, "kv_heads": 1, "head_dim": 1}
+TTL_ROUNDS = 4  # the approximate router's time to live, in rounds (Dynamo's default is 120 s)
+
+ROUND_ROBIN, LEAST_LOADED, SESSION = "round robin", "least loaded", "session affinity"
+APPROXIMATE, CACHE_AWARE, STALE = "approximate (TTL)", "cache-aware", "stale events"
+SEEDED, TIER_AWARE = "seeded per replica", "tier-aware"
+POLICIES = (ROUND_ROBIN, LEAST_LOADED, SESSION, APPROXIMATE, CACHE_AWARE, STALE)
+TIERED_POLICIES = (LEAST_LOADED, SESSION, CACHE_AWARE, TIER_AWARE)
 
 
+# --- the baselines (no cache knowledge) ---------------------------------------------------------------
 class RoundRobin:
-    """The baseline: replicas in turn, whatever they hold."""
+    """Replicas in turn, whatever they hold."""
 
     def __init__(self, replicas: int) -> None:
         self.replicas, self.next = replicas, 0
 
-    def on_event(self, replica: int, kind: str, keys: list) -> None:
+    def on_event(self, replica: int, kind: str, keys: list, medium: str = "GPU") -> None:
         pass
 
     def choose(self, keys: list, decode_blocks: list[int]) -> int:
@@ -59,21 +84,145 @@ class LeastLoaded(RoundRobin):
         return min(range(self.replicas), key=lambda replica: (decode_blocks[replica], replica))
 
 
-def tree_keys(radix: Any) -> set[tuple[int, ...]]:
-    """The key of every block in a radix tree: the tokens from the root to the block's end."""
-    size, found, stack = radix.block_size, set(), [(radix.root, ())]
-    while stack:
-        node, prefix = stack.pop()
-        for child in node.children.values():
-            path = prefix + tuple(child.tokens)
-            start = len(path) - len(child.tokens)
-            found.update(path[: start + (index + 1) * size] for index in range(len(child.blocks)))
-            stack.append((child, path))
+class SessionAffinity(LeastLoaded):
+    """Sticky sessions: a session's first request goes to the least loaded replica, every later one to
+    the same replica, whatever its load (a load balancer keyed on a session id; it sees no cache)."""
+
+    def __init__(self, replicas: int) -> None:
+        super().__init__(replicas)
+        self.home: dict[int, int] = {}
+
+    def place(self, session: int, keys: list, decode_blocks: list[int]) -> int:
+        if session not in self.home:
+            self.home[session] = self.choose(keys, decode_blocks)
+        return self.home[session]
+
+
+# --- routers made of the learner's ----------------------------------------------------------------------
+def ignoring_removals(CacheAwareRouter: Any) -> type:  # noqa: N803
+    """The learner's router, deaf to "removed" events: it routes on stale knowledge."""
+
+    class Stale(CacheAwareRouter):
+        def on_event(self, replica: int, kind: str, keys: list, *medium: str) -> None:
+            if kind != "removed":
+                super().on_event(replica, kind, keys, *medium)
+
+    return Stale
+
+
+def approximate(CacheAwareRouter: Any, ttl_rounds: int = TTL_ROUNDS) -> type:  # noqa: N803
+    """The learner's router with no KV events: after each choice it records ("stored") the request's
+    blocks on the replica it chose, and forgets ("removed") them ``ttl_rounds`` rounds after the last
+    request that sent them there. What Dynamo's router does without events (``ApproxKvIndexer``:
+    routing decisions, a time to live of 120 s by default) and what llm-d's approximate scorer does (an
+    LRU index of the prefixes recently sent to each pod)."""
+
+    class Approximate(CacheAwareRouter):
+        def __init__(self, replicas: int, *args: Any) -> None:
+            super().__init__(replicas, *args)
+            self.expiry: list[dict[Any, int]] = [{} for _ in range(replicas)]
+            self.now = 0
+
+        def on_event(self, replica: int, kind: str, keys: list, *medium: str) -> None:
+            pass  # it hears nothing from the replicas
+
+        def tick(self, round_number: int) -> None:
+            self.now = round_number
+            for replica, expiry in enumerate(self.expiry):
+                gone = [key for key, until in expiry.items() if until <= round_number]
+                for key in gone:
+                    del expiry[key]
+                if gone:
+                    super().on_event(replica, "removed", gone)
+
+        def choose(self, keys: list, decode_blocks: list[int]) -> int:
+            replica = super().choose(keys, decode_blocks)
+            super().on_event(replica, "stored", list(keys))
+            self.expiry[replica].update(dict.fromkeys(keys, self.now + ttl_rounds))
+            return replica
+
+    return Approximate
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How to make a router for ``replicas`` replicas, and what it hears: "GPU" events only, "all"
+    events (both media), or none. ``seeded``: each replica hashes its blocks from its own root."""
+
+    make: Callable[[int], Any]
+    hears: str = "GPU"
+    seeded: bool = False
+
+
+def policies(classes: dict[str, Any], overlap_weight: float, ttl_rounds: int = TTL_ROUNDS) -> dict[str, Policy]:
+    """Every policy by name, made from the learner's classes in ``classes`` (``CacheAwareRouter``, and
+    ``TierAwareRouter`` for the tier-aware one)."""
+    router = classes["CacheAwareRouter"]
+    found = {
+        ROUND_ROBIN: Policy(RoundRobin, hears="none"),
+        LEAST_LOADED: Policy(LeastLoaded, hears="none"),
+        SESSION: Policy(SessionAffinity, hears="none"),
+        APPROXIMATE: Policy(lambda n: approximate(router, ttl_rounds)(n, overlap_weight), hears="none"),
+        CACHE_AWARE: Policy(lambda n: router(n, overlap_weight)),
+        STALE: Policy(lambda n: ignoring_removals(router)(n, overlap_weight)),
+        SEEDED: Policy(lambda n: router(n, overlap_weight), seeded=True),
+    }
+    if "TierAwareRouter" in classes:
+        found[TIER_AWARE] = Policy(lambda n: classes["TierAwareRouter"](n, overlap_weight), hears="all")
     return found
 
 
-def block_keys(tokens: list[int], size: int) -> list[tuple[int, ...]]:
-    return [tuple(tokens[:end]) for end in range(size, len(tokens) + 1, size)]
+# --- replicas -------------------------------------------------------------------------------------------
+def tree_keys(radix: Any, root: bytes | None = None) -> set[str]:
+    """The key of every block in a radix tree (edges of whole blocks), chained from ``root``."""
+    size, found = radix.block_size, set()
+    stack = [(radix.root, root_digest() if root is None else root)]
+    while stack:
+        node, parent = stack.pop()
+        for child in node.children.values():
+            digest, tokens = parent, list(child.tokens)
+            for index in range(len(child.blocks)):
+                digest = chain_step(digest, tokens[index * size : (index + 1) * size])
+                found.add(digest.hex())
+            stack.append((child, digest))
+    return found
+
+
+def block_keys(tokens: list[int], size: int) -> list[str]:
+    """A request's keys as the router computes them (notebook 05's chain, as hex)."""
+    return chain_keys(tokens, size)
+
+
+class Replica:
+    """One replica: its server (notebook 10's tree, or notebook 11's tiered cache) and what it last
+    reported, per medium. ``events()`` gives the changes since then as KV events."""
+
+    def __init__(self, classes: dict[str, Any], blocks: int, block_size: int, host_blocks: int, root: Any) -> None:
+        cache = classes["PagedKVCache"](num_blocks=blocks, block_size=block_size, **BOOKKEEPING_SHAPE)
+        if host_blocks:
+            tiered = classes["TieredRadixCache"](cache, host_blocks, "write-back")
+            self.server: Any = TieredServer(tiered, cache)
+        else:
+            self.server = RadixServer(classes["RadixCache"], cache)
+        self.cache, self.root, self.host = cache, root, bool(host_blocks)
+        self.known: dict[str, set] = {"GPU": set(), "CPU": set()}
+
+    def holds(self) -> dict[str, set]:
+        held = {"GPU": tree_keys(self.server.radix, self.root), "CPU": set()}
+        if self.host:  # the learner's host entries, keyed by 05's chain (a seeded replica has no host)
+            held["CPU"] = set(self.server.tiered.host_entries)
+        return held
+
+    def events(self) -> list[tuple[str, list, str]]:
+        now, found = self.holds(), []
+        for medium in ("GPU", "CPU"):
+            gone, new = self.known[medium] - now[medium], now[medium] - self.known[medium]
+            if gone:
+                found.append(("removed", sorted(gone), medium))
+            if new:
+                found.append(("stored", sorted(new), medium))
+        self.known = now
+        return found
 
 
 @dataclass
@@ -84,9 +233,11 @@ class RouteRun(PromptCounts):
     replicas: int
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    host_tokens: int = 0  # of cached_tokens, those loaded back from a host tier
     prefill_by_replica: list[int] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list, repr=False)
     rounds: int = 0
+    final_holds: list[dict[str, set]] = field(default_factory=list, repr=False)  # each replica's keys at the end
 
     @property
     def imbalance(self) -> float:
@@ -104,51 +255,54 @@ class RouteRun(PromptCounts):
 
 def serve_routed(
     workload: ChatWorkload,
-    RadixCache: Any,
-    PagedKVCache: Any,
-    router: Any,
-    run: RouteRun,  # noqa: N803
+    classes: dict[str, Any],
+    policy: Policy,
+    run: RouteRun,
     blocks: int,
     block_size: int,
     batch: int,
-    cost: CostModel,
+    cost: CostModel = COST_MODEL,
     seed: int = 0,
+    host_blocks: int = 0,
 ) -> RouteRun:
+    """Serve every session of ``workload`` on ``run.replicas`` replicas routed by ``policy``."""
     replicas = run.replicas
+    router = policy.make(replicas)
     arrivals = random.Random(seed)  # drawn up front: every policy sees the same arrivals
     think = [[arrivals.randrange(3) for _ in chat] for chat in workload.turns]  # rounds a user reads, then types
-    servers = [
-        RadixServer(RadixCache, PagedKVCache(num_blocks=blocks, block_size=block_size, **BOOKKEEPING_SHAPE))
-        for _ in range(replicas)
+    fleet = [
+        Replica(classes, blocks, block_size, host_blocks, seeded_root(f"{seed}/{r}") if policy.seeded else None)
+        for r in range(replicas)
     ]
-    known = [set() for _ in range(replicas)]  # what each replica's tree held at its last event
     run.prefill_by_replica = [0] * replicas
-    conversations = len(workload.turns)
-    next_turn, ready_at = [0] * conversations, [0] * conversations
-    order = list(range(conversations))  # arrival order within a round, drawn each round
+    sessions = len(workload.turns)
+    next_turn, ready_at = [0] * sessions, [0] * sessions
+    order = list(range(sessions))  # arrival order within a round, drawn each round
     round_number = 0
 
     def report(replica: int) -> None:
-        now = tree_keys(servers[replica].radix)
-        if known[replica] - now:
-            router.on_event(replica, "removed", sorted(known[replica] - now, key=len))
-        if now - known[replica]:
-            router.on_event(replica, "stored", sorted(now - known[replica], key=len))
-        known[replica] = now
+        for kind, keys, medium in fleet[replica].events():
+            if policy.hears == "all":
+                router.on_event(replica, kind, keys, medium)
+            elif policy.hears == "GPU" and medium == "GPU":
+                router.on_event(replica, kind, keys)
 
     while any(turn < len(chat) for turn, chat in zip(next_turn, workload.turns, strict=True)):
+        if hasattr(router, "tick"):
+            router.tick(round_number)
         random.Random(f"{seed}/{round_number}").shuffle(order)  # who arrives first within a round
         waiting = sorted(
-            (c for c in range(conversations) if next_turn[c] < len(workload.turns[c]) and ready_at[c] <= round_number),
+            (c for c in range(sessions) if next_turn[c] < len(workload.turns[c]) and ready_at[c] <= round_number),
             key=lambda c: (ready_at[c], order[c]),
         )
         running: list[tuple[int, str]] = []
         clock = [0.0] * replicas  # prefill seconds spent by each replica this round
         for c in waiting[: batch * replicas]:
             prompt, seq = workload.turns[c][next_turn[c]], f"chat{c}-turn{next_turn[c]}"
-            decode = [sum(len(servers[r].cache.tables[s]) for rr, s in running if rr == r) for r in range(replicas)]
-            replica = router.choose(block_keys(prompt[:-1], block_size), decode)
-            server = servers[replica]
+            decode = [sum(len(fleet[r].cache.tables[s]) for rr, s in running if rr == r) for r in range(replicas)]
+            keys = block_keys(prompt[:-1], block_size)
+            replica = router.place(c, keys, decode) if hasattr(router, "place") else router.choose(keys, decode)
+            server = fleet[replica].server
             reused = server.start(seq, prompt)
             if reused is None:  # that replica's pool is full of running requests: wait for the next round
                 report(replica)
@@ -161,38 +315,20 @@ def serve_routed(
             run.ttft_s.append(clock[replica])
             run.prompt_tokens += len(prompt)
             run.cached_tokens += reused
+            if host_blocks:
+                run.host_tokens += server.reused[seq][1]
             run.prefill_by_replica[replica] += computed
             running.append((replica, seq))
             next_turn[c] += 1
             ready_at[c] = round_number + 1 + think[c][next_turn[c] - 1]
-        if not running and not any(ready_at[c] > round_number for c in range(conversations)):
+        if not running and not any(ready_at[c] > round_number for c in range(sessions)):
             raise RuntimeError(f"round {round_number}: no request fits in an empty pool; give the replicas more blocks")
         for replica, seq in running:
-            servers[replica].finish(seq)
+            fleet[replica].server.finish(seq)
         round_number += 1
     run.rounds = round_number
+    run.final_holds = [replica.holds() for replica in fleet]
     return run
-
-
-def ignoring_removals(CacheAwareRouter: Any) -> type:  # noqa: N803
-    """The learner's router, deaf to "removed" events: it routes on stale knowledge."""
-
-    class Stale(CacheAwareRouter):
-        def on_event(self, replica: int, kind: str, keys: list) -> None:
-            if kind != "removed":
-                super().on_event(replica, kind, keys)
-
-    return Stale
-
-
-def policies(CacheAwareRouter: Any, overlap_weight: float) -> dict[str, Any]:  # noqa: N803
-    stale = ignoring_removals(CacheAwareRouter)
-    return {
-        "round robin": RoundRobin,
-        "least loaded": LeastLoaded,
-        "cache-aware": lambda replicas: CacheAwareRouter(replicas, overlap_weight),
-        "stale events": lambda replicas: stale(replicas, overlap_weight),
-    }
 
 
 def default_blocks(workload: ChatWorkload, block_size: int) -> int:
@@ -202,47 +338,118 @@ def default_blocks(workload: ChatWorkload, block_size: int) -> int:
 
 
 def compare(
-    RadixCache: Any,
-    PagedKVCache: Any,
-    CacheAwareRouter: Any,
-    workload: ChatWorkload,  # noqa: N803
+    classes: dict[str, Any],
+    workload: ChatWorkload,
     replica_counts: tuple[int, ...] = REPLICA_COUNTS,
+    names: tuple[str, ...] = POLICIES,
     blocks: int | None = None,
     block_size: int = 16,
     batch: int = 4,
     overlap_weight: float = 1.0,
     cost: CostModel = COST_MODEL,
     seed: int = 0,
+    host_blocks: int = 0,
+    ttl_rounds: int = TTL_ROUNDS,
 ) -> list[RouteRun]:
+    """Every policy of ``names`` at every replica count, on the same workload and arrivals.
+
+    ``classes``: the learner's PagedKVCache, RadixCache and CacheAwareRouter; with ``host_blocks``,
+    also TieredRadixCache (each replica's cache) and, for the tier-aware policy, TierAwareRouter."""
     blocks = default_blocks(workload, block_size) if blocks is None else blocks
+    made = policies(classes, overlap_weight, ttl_rounds)
+    unknown = [name for name in names if name not in made]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}: choose from {sorted(made)}")
     runs = []
     for replicas in replica_counts:
-        for name, make in policies(CacheAwareRouter, overlap_weight).items():
+        for name in names:
             run = RouteRun(name, replicas)
             runs.append(
-                serve_routed(
-                    workload, RadixCache, PagedKVCache, make(replicas), run, blocks, block_size, batch, cost, seed
-                )
+                serve_routed(workload, classes, made[name], run, blocks, block_size, batch, cost, seed, host_blocks)
             )
     return runs
 
 
 def table(runs: list[RouteRun]) -> str:
+    """One line per replica count and policy."""
     lines = [
-        f"{'replicas':>8} {'policy':<13} {'hit rate':>8} {'prefill tokens':>14} {'TTFT ms':>8} {'p90 ms':>7} "
-        f"{'imbalance':>9}"
+        f"{'replicas':>8} {'policy':<18} {'hit rate':>8} {'from host':>9} {'prefill tokens':>14} {'TTFT ms':>8} "
+        f"{'p90 ms':>7} {'imbalance':>9}"
     ]
     for run in runs:
         lines.append(
-            f"{run.replicas:>8d} {run.policy:<13} {run.hit_rate:>8.3f} {run.prefill_tokens:>14d} "
+            f"{run.replicas:>8d} {run.policy:<18} {run.hit_rate:>8.3f} "
+            f"{run.host_tokens / run.prompt_tokens if run.prompt_tokens else 0:>9.3f} {run.prefill_tokens:>14d} "
             f"{run.ttft_ms():>8.1f} {run.ttft_ms(0.9):>7.1f} {run.imbalance:>9.2f}"
         )
     return "\n".join(lines)
 
 
+def summary(runs: list[RouteRun]) -> str:
+    """One line per policy: its hit rate at each replica count, then, at the largest count, prefill
+    tokens, TTFT (mean and 90th percentile, ms) and imbalance."""
+    counts = sorted({run.replicas for run in runs})
+    names = list(dict.fromkeys(run.policy for run in runs))
+    by = {(run.policy, run.replicas): run for run in runs}
+    largest = counts[-1]
+    head = "".join(f"{count:>7d}" for count in counts)
+    lines = [
+        f"{'':<18} {'hit rate at replicas':>{7 * len(counts)}}   at {largest} replicas",
+        f"{'policy':<18}{head}   {'prefill':>8} {'TTFT ms':>8} {'p90 ms':>7} {'imbalance':>9}",
+    ]
+    for name in names:
+        rates = "".join(f"{by[name, count].hit_rate:>7.3f}" for count in counts)
+        last = by[name, largest]
+        lines.append(
+            f"{name:<18}{rates}   {last.prefill_tokens:>8d} {last.ttft_ms():>8.1f} {last.ttft_ms(0.9):>7.1f} "
+            f"{last.imbalance:>9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def document_sessions(
+    sessions: int = 48,
+    questions: int = 4,
+    documents: int = 12,
+    document_tokens: int = 160,
+    system_tokens: int = 32,
+    question_tokens: tuple[int, int] = (8, 24),
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> ChatWorkload:
+    """Sessions over shared documents: each session picks one of ``documents`` (document i with weight
+    1 / (i + 1): a few are popular) and asks ``questions`` questions about it; each prompt is the system
+    prompt, the document and one question (the session's earlier questions are not kept). Many sessions
+    share a document's blocks, and a document's blocks end up on several replicas."""
+    if sessions < 1 or questions < 1 or documents < 1 or document_tokens < 1:
+        raise ValueError("sessions, questions, documents and document_tokens must be positive")
+    rng = random.Random(seed)
+    system = random_tokens(system_tokens, vocab_size, rng)
+    texts = [random_tokens(document_tokens, vocab_size, rng) for _ in range(documents)]
+    popularity = [1 / (index + 1) for index in range(documents)]
+    turns = []
+    for _ in range(sessions):
+        text = texts[rng.choices(range(documents), popularity)[0]]
+        turns.append(
+            [system + text + random_tokens(rng.randint(*question_tokens), vocab_size, rng) for _ in range(questions)]
+        )
+    parameters = {
+        "sessions": sessions,
+        "questions": questions,
+        "documents": documents,
+        "document_tokens": document_tokens,
+        "system_tokens": system_tokens,
+        "question_tokens": list(question_tokens),
+        "vocab_size": vocab_size,
+        "seed": seed,
+    }
+    return ChatWorkload(turns, parameters, "document_sessions")
+
+
 WORKLOADS = {
     "chats": lambda args: multi_turn_chats(args.conversations, args.turns, seed=args.seed),
     "sharegpt": lambda args: trace_chats("sharegpt", args.conversations, args.turns, seed=args.seed),
+    "documents": lambda args: document_sessions(2 * args.conversations, args.turns, seed=args.seed),
 }
 
 
@@ -252,7 +459,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(WORKLOADS),
         default="chats",
         help="chats: multi_turn_chats (default); sharegpt: chats whose message lengths follow "
-        "data/workloads/sharegpt.json",
+        "data/workloads/sharegpt.json; documents: 2 x --conversations sessions of --turns questions over "
+        "12 shared documents",
     )
     parser.add_argument("--conversations", type=int, default=24, help="chats (default 24)")
     parser.add_argument("--turns", type=int, default=6, help="turns per chat (default 6)")
@@ -265,36 +473,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replicas", type=int, nargs="+", default=list(REPLICA_COUNTS), help="replica counts (default 1 2 4 8)"
     )
+    parser.add_argument(
+        "--ttl", type=int, default=TTL_ROUNDS, help=f"the approximate router's TTL in rounds (default {TTL_ROUNDS})"
+    )
+    parser.add_argument(
+        "--host-blocks",
+        type=int,
+        default=0,
+        help="a host tier of this many blocks per replica (notebook 11's TieredRadixCache, write-back); "
+        "the policies are then least loaded, session affinity, cache-aware (GPU events) and tier-aware",
+    )
+    parser.add_argument("--seeded", action="store_true", help="add the cache-aware router on hashes seeded per replica")
     add_bookkeeping_arguments(parser)
 
 
+def load_classes(args: argparse.Namespace, tiered: bool) -> dict[str, Any]:
+    notebook = "11_cache_tiers_and_routing"
+    classes = {
+        "CacheAwareRouter": load_impl(args, notebook, "CacheAwareRouter"),
+        "RadixCache": load_impl(args, "10_radix_cache", "RadixCache"),
+        "PagedKVCache": load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache"),
+    }
+    if tiered:
+        classes["TieredRadixCache"] = load_impl(args, notebook, "TieredRadixCache")
+        classes["TierAwareRouter"] = load_impl(args, notebook, "TierAwareRouter")
+    return classes
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    require_positive_integers(args, ("conversations", "turns", "block_size", "batch"))
+    require_positive_integers(args, ("conversations", "turns", "block_size", "batch", "ttl"))
     if any(count < 1 for count in args.replicas) or (args.blocks is not None and args.blocks < 1):
         raise SystemExit("--replicas and --blocks must be positive integers")
-    CacheAwareRouter = load_impl(args, "11_cache_tiers_and_routing", "CacheAwareRouter")  # noqa: N806
-    RadixCache = load_impl(args, "10_radix_cache", "RadixCache")  # noqa: N806
-    PagedKVCache = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")  # noqa: N806
+    if args.host_blocks < 0:
+        raise SystemExit(f"--host-blocks must be 0 or more, got {args.host_blocks}")
+    classes = load_classes(args, tiered=bool(args.host_blocks))
     workload = WORKLOADS[args.workload](args)
     cost = cost_model_from(args, args.block_size)
     blocks = default_blocks(workload, args.block_size) if args.blocks is None else args.blocks
+    names = TIERED_POLICIES if args.host_blocks else POLICIES + ((SEEDED,) if args.seeded else ())
     runs = compare(
-        RadixCache,
-        PagedKVCache,
-        CacheAwareRouter,
+        classes,
         workload,
         tuple(args.replicas),
+        names,
         blocks,
         args.block_size,
         args.batch,
         args.overlap_weight,
         cost,
         args.seed,
+        args.host_blocks,
+        args.ttl,
     )
     print(
         f"workload: {workload.name} {workload.parameters}; {workload.requests} requests, {workload.prompt_tokens} "
-        f"prompt tokens; {blocks} blocks of {args.block_size} per replica, batch {args.batch} per replica, "
-        f"overlap_weight {args.overlap_weight}"
+        f"prompt tokens; {blocks} blocks of {args.block_size} per replica"
+        + (f" over a host tier of {args.host_blocks}" if args.host_blocks else "")
+        + f", batch {args.batch} per replica, overlap_weight {args.overlap_weight}, TTL {args.ttl} rounds"
     )
     print(cost.describe())
     print(table(runs))
@@ -302,15 +537,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "workload": workload.name,
         "parameters": workload.parameters,
         "blocks_per_replica": blocks,
+        "host_blocks_per_replica": args.host_blocks,
         "block_size": args.block_size,
         "batch_per_replica": args.batch,
         "overlap_weight": args.overlap_weight,
+        "ttl_rounds": args.ttl,
         "cost_model": cost.as_dict(),
         "runs": [
             {
                 "replicas": run.replicas,
                 "policy": run.policy,
                 "hit_rate": round(run.hit_rate, 4),
+                "host_hit_rate": round(run.host_tokens / run.prompt_tokens, 4) if run.prompt_tokens else 0.0,
                 "prefill_tokens": run.prefill_tokens,
                 "ttft_ms_mean": round(run.ttft_ms(), 2),
                 "ttft_ms_p90": round(run.ttft_ms(0.9), 2),
@@ -320,3 +558,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ],
         "timed": "nothing: counts from the caches' bookkeeping, TTFT from the stated cost model",
     }
+
+
+def series(runs: list[RouteRun]) -> dict[str, list[tuple[int, float, int]]]:
+    """For the figure (``plots.tiers_routing``): policy -> (replicas, hit rate, prefill tokens)."""
+    found: dict[str, list[tuple[int, float, int]]] = {}
+    for run in runs:
+        found.setdefault(run.policy, []).append((run.replicas, run.hit_rate, run.prefill_tokens))
+    return found

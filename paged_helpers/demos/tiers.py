@@ -1,10 +1,13 @@
-"""Host tier: hit rate, prefill saved and copies against host-tier size, write-back vs write-through.
+"""Host tier: hit rate, prefill saved and copies against host-tier size, for three write policies.
 
-Seeded multi-turn chats (``workloads.multi_turn_chats``) are served in rounds by one replica, the
-way ``run.py radix`` serves them (first come first served, up to ``--batch`` requests a round), on
-a GPU pool of ``--gpu-blocks`` blocks: too few for every chat's history. The cache is notebook 10's
-``RadixCache`` alone (host size 0), or notebook 11's ``TieredRadixCache`` over a host tier of
-0.5, 1, 2, 4 and 8 times the GPU pool, for both write policies.
+Seeded multi-turn chats (``workloads.multi_turn_chats``; with ``--one-off-clients N``, plus N sessions
+of unrelated one-off prompts among them) are served in rounds by one replica, the way ``run.py radix``
+serves them (first come first served, up to ``--batch`` requests a round), on a GPU pool of
+``--gpu-blocks`` blocks: too few for every chat's history. The cache is notebook 10's ``RadixCache``
+alone (host size 0), or notebook 11's ``TieredRadixCache`` over a host tier of 0.5, 1, 2, 4 and 8 times
+the GPU pool, write-back, write-through, or selective: write-through that stores a block on the host
+only from the second request that asks for it on (``admitting_after_reuse``: vLLM's reuse filter on
+its CPU offloading, SGLang's ``write_through_selective``).
 
 Per row: hit rate (prompt tokens served from the GPU tree or loaded back from the host / prompt
 tokens), the host's share of it, prefill tokens and those saved against no host tier, blocks
@@ -19,11 +22,13 @@ from the cost model only. The classes are the learner's, loaded from ``--impl DI
 from __future__ import annotations
 
 import argparse
+import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ..learner_view.access import create_holding
-from ..workloads import ChatWorkload, multi_turn_chats
+from ..workloads import ChatWorkload, multi_turn_chats, random_tokens
 from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
 from .cost_model import COST_MODEL, CostModel, cost_model_from, measured_host_to_gpu
 from .implementation import load_impl
@@ -31,6 +36,9 @@ from .radix import RadixServer, ServerRun, _reserve, serve_chats
 
 HOST_MULTIPLES = (0, 0.5, 1, 2, 4, 8)
 POLICIES = ("write-back", "write-through")
+SELECTIVE = "selective"  # write-through, storing a block only from its second request on
+ALL_POLICIES = (*POLICIES, SELECTIVE)
+STORE_THRESHOLD = 2
 BOOKKEEPING_SHAPE = {"layers": 1, "kv_heads": 1, "head_dim": 1}
 
 
@@ -72,6 +80,35 @@ class TieredServer:
 
     prefilled = RadixServer.prefilled
     finish = RadixServer.finish
+
+
+def admitting_after_reuse(TieredRadixCache: Any, store_threshold: int = 2) -> type:  # noqa: N803
+    """The learner's class, copying a block to the host only once ``store_threshold`` requests have
+    asked for it (``asked``: every whole block of every request's prompt, counted at ``match_host``,
+    which a server calls once per request). A block refused on its way out of the GPU is dropped, as
+    when every host slot is pinned. vLLM's ``FilterReusedOffloadingManager`` does this with the lookups
+    its offloading manager sees (``store_threshold``, 2 by default); SGLang's HiCache calls it
+    ``write_through_selective`` (hit counts decide what is backed up)."""
+    if not isinstance(store_threshold, int) or store_threshold < 2:
+        raise ValueError(f"store_threshold must be an integer of at least 2, got {store_threshold!r}")
+
+    class Admitting(TieredRadixCache):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.asked: Counter = Counter()
+            self.refused = 0
+
+        def match_host(self, tokens: Any, gpu_blocks: int) -> Any:
+            self.asked.update(self.block_keys(tokens))
+            return super().match_host(tokens, gpu_blocks)
+
+        def offload(self, key: Any, block: int) -> Any:
+            if key not in self.host_entries and self.asked[key] < store_threshold:
+                self.refused += 1
+                return None
+            return super().offload(key, block)
+
+    return Admitting
 
 
 def counting(TieredRadixCache: Any) -> type:  # noqa: N803
@@ -121,7 +158,12 @@ def serve_one(
     if host_blocks == 0:
         server: Any = RadixServer(classes["RadixCache"], cache)
     else:
-        tiered = counting(classes["TieredRadixCache"])(cache, host_blocks, policy)
+        if policy not in ALL_POLICIES:
+            raise ValueError(f"policy must be one of {ALL_POLICIES}, got {policy!r}")
+        made = classes["TieredRadixCache"]
+        if policy == SELECTIVE:
+            made = admitting_after_reuse(made, STORE_THRESHOLD)
+        tiered = counting(made)(cache, host_blocks, "write-through" if policy == SELECTIVE else policy)
         server = TieredServer(tiered, cache)
     run = serve_chats(workload, server, ServerRun("radix" if host_blocks == 0 else "tiered", "fcfs"), batch)
     if host_blocks == 0:
@@ -139,13 +181,15 @@ def sweep(
     block_size: int = 16,
     batch: int = 4,
     multiples: tuple = HOST_MULTIPLES,
+    policies: tuple[str, ...] = ALL_POLICIES,
 ) -> list[TierRow]:
-    """No host tier, then each host size (``multiples`` x the GPU pool) for both write policies."""
+    """No host tier, then each host size (``multiples`` x the GPU pool) for each write policy: write-back,
+    write-through, and write-through storing a block only from its second request on (``SELECTIVE``)."""
     classes = {"TieredRadixCache": TieredRadixCache, "RadixCache": RadixCache, "PagedKVCache": PagedKVCache}
     rows = []
     for multiple in multiples:
         host = round(multiple * gpu_blocks)
-        for policy in POLICIES if host else ("none",):
+        for policy in policies if host else ("none",):
             rows.append(serve_one(classes, workload, gpu_blocks, host, policy, block_size, batch))
     return rows
 
@@ -172,12 +216,46 @@ def table(rows: list[TierRow], cost: CostModel = COST_MODEL, measured_bytes_per_
     return "\n".join(lines)
 
 
+def with_one_off_prompts(
+    workload: ChatWorkload,
+    clients: int = 4,
+    prompts: int = 6,
+    tokens: tuple[int, int] = (128, 224),
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> ChatWorkload:
+    """``workload``'s chats plus ``clients`` sessions that each send ``prompts`` unrelated prompts (the
+    chats' system prompt, then a document of its own, ``tokens`` long): blocks asked for once and never
+    again, arriving among the chats' turns."""
+    if clients < 0 or prompts < 1:
+        raise ValueError(f"clients must be 0 or more and prompts positive, got {clients}, {prompts}")
+    rng = random.Random(f"one-off prompts {seed}")
+    system = workload.turns[0][0][: workload.parameters.get("system_tokens", 0)]
+    extra = [
+        [list(system) + random_tokens(rng.randint(*tokens), vocab_size, rng) for _ in range(prompts)]
+        for _ in range(clients)
+    ]
+    parameters = {
+        **workload.parameters,
+        "one_off_clients": clients,
+        "one_off_prompts": prompts,
+        "one_off_tokens": list(tokens),
+    }
+    return ChatWorkload(workload.turns + extra, parameters, f"{workload.name} + one-off prompts")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversations", type=int, default=12, help="chats (default 12)")
     parser.add_argument("--turns", type=int, default=6, help="turns per chat (default 6)")
     parser.add_argument("--gpu-blocks", type=int, default=48, help="GPU pool, blocks (default 48)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--batch", type=int, default=4, help="requests admitted per round (default 4)")
+    parser.add_argument(
+        "--one-off-clients",
+        type=int,
+        default=0,
+        help="add this many sessions of 6 unrelated one-off prompts of 128-224 tokens among the chats (default 0)",
+    )
     add_bookkeeping_arguments(parser)
 
 
@@ -186,7 +264,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     TieredRadixCache = load_impl(args, "11_cache_tiers_and_routing", "TieredRadixCache")  # noqa: N806
     RadixCache = load_impl(args, "10_radix_cache", "RadixCache")  # noqa: N806
     PagedKVCache = load_impl(args, "04_fork_and_copy_on_write", "PagedKVCache")  # noqa: N806
+    if args.one_off_clients < 0:
+        raise SystemExit(f"--one-off-clients must be 0 or more, got {args.one_off_clients}")
     workload = multi_turn_chats(args.conversations, args.turns, seed=args.seed)
+    if args.one_off_clients:
+        workload = with_one_off_prompts(workload, args.one_off_clients, seed=args.seed)
     cost = cost_model_from(args, args.block_size)
     rows = sweep(TieredRadixCache, RadixCache, PagedKVCache, workload, args.gpu_blocks, args.block_size, args.batch)
     print(
@@ -232,3 +314,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else "nothing: counts from the caches' bookkeeping, times from the stated cost model (no GPU here)"
         ),
     }
+
+
+def series(rows: list[TierRow]) -> dict[str, list[tuple[int, float, int]]]:
+    """For the figure (``plots.tiers_routing``): write policy -> (host blocks, hit rate, prefill tokens),
+    each starting from the row without a host tier."""
+    none = [(0, row.hit_rate, row.run.prefill_tokens) for row in rows if row.host_blocks == 0]
+    found: dict[str, list[tuple[int, float, int]]] = {}
+    for row in rows:
+        if row.host_blocks:
+            found.setdefault(row.policy, list(none)).append((row.host_blocks, row.hit_rate, row.run.prefill_tokens))
+    return found

@@ -6,17 +6,37 @@ An arrow goes from logical block i to the physical block the table names, labell
 that table entry (``table[i] = 5``); the text inside a logical block is the loop step that
 reads it, counted from 0. With ``splits`` > 1 (flash-decoding), each split's program has
 its own colour: it reads a contiguous run of logical blocks, and a merge combines the splits
-afterwards.
+afterwards. Entries of the table past the sequence's blocks are padding (the course pads with
+block 0): drawn hatched grey, without an arrow, because the kernel never reads them.
+
+``SPLIT_K_EXAMPLE`` is notebook 07's split-K picture: a table whose real entries never name
+block 0, the block the padding entries name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["plot_kernel_walk", "plot_prefill_mask", "split_ranges", "text_boxes"]
+__all__ = [
+    "MASK_MEANINGS",
+    "QUERY_TILE",
+    "SPLIT_K_EXAMPLE",
+    "plot_kernel_walk",
+    "plot_prefill_mask",
+    "prefill_mask_cells",
+    "split_ranges",
+    "text_boxes",
+]
+
+# (block_table, length) of notebook 07's split-K picture, blocks of 4: six real blocks, none of
+# them block 0, then two padding entries (block 0), as set_batch pads a row.
+SPLIT_K_EXAMPLE = ((5, 1, 7, 8, 3, 2, 0, 0), 21)
 
 _LABEL_GAP = 0.3  # centre of an arrow's label, below its logical block
 _ARROW_START = 0.55  # where the arrow leaves, below its label
+
+_COLUMN_INCHES = 0.75  # one block's column: a label "table[i] = n" fits at 8 pt (dpi 100)
+_PADDING = "#f2f2f2"  # a padding entry of the table (past the sequence's blocks)
 
 _COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 
@@ -39,9 +59,10 @@ def plot_kernel_walk(
 ):
     """Draw one sequence's walk through the pool. Returns the matplotlib Figure.
 
-    block_table: the sequence's row (physical block of each logical block; padding allowed).
-    length: tokens in the sequence (>= 1). num_blocks: size of the pool (default: just
-    enough for the table).
+    block_table: the sequence's row (physical block of each logical block; padding allowed:
+    entries past the blocks ``length`` needs are drawn as padding, hatched grey, with no arrow,
+    since the kernel never reads them). length: tokens in the sequence (>= 1). num_blocks: size
+    of the pool (default: just enough for the table's real entries).
     """
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
     from matplotlib.patches import FancyArrowPatch, Rectangle
@@ -53,9 +74,7 @@ def plot_kernel_walk(
         raise ValueError(f"block_size must be at least 1, got {block_size}")
     used = -(-length // block_size)
     if used > len(table):
-        raise ValueError(
-            f"length {length} needs {used} blocks of {block_size} but block_table has {len(table)}"
-        )
+        raise ValueError(f"length {length} needs {used} blocks of {block_size} but block_table has {len(table)}")
     num_blocks = num_blocks if num_blocks is not None else max(table[:used]) + 1
     if max(table[:used]) >= num_blocks:
         raise ValueError(f"block_table names block {max(table[:used])} but the pool has {num_blocks} blocks")
@@ -66,8 +85,8 @@ def plot_kernel_walk(
         for logical in blocks:
             owner[logical] = split
 
-    width = max(used, num_blocks)
-    fig, ax = plt.subplots(figsize=(min(1.0 + 0.75 * width, 14), 3.4))
+    width = max(len(table), num_blocks)
+    fig, ax = plt.subplots(figsize=(min(0.2 + _COLUMN_INCHES * (width + 1.2), 14), 3.4))
     top, bottom, height = 2.2, 0.0, 0.8
     for logical in range(used):
         filled = min(block_size, length - logical * block_size) / block_size
@@ -85,14 +104,40 @@ def plot_kernel_walk(
                 )
             )
         names.append(ax.text(logical + 0.45, top + height + 0.1, f"logical {logical}", ha="center", fontsize=8))
+    for entry in range(used, len(table)):  # padding: in the row, never read (the length stops the loop)
+        ax.add_patch(Rectangle((entry, top), 0.9, height, fc=_PADDING, ec="grey", hatch="..", lw=0.6, ls="--"))
+        names.append(ax.text(entry + 0.45, top + height + 0.1, f"entry {entry}", ha="center", fontsize=8, color="grey"))
+        steps.append(_inside(ax, entry + 0.45, top + height / 2, "padding", color="#555555"))
+        labels.append(
+            ax.text(
+                entry + 0.45,
+                top - _LABEL_GAP,
+                f"not read\ntable[{entry}] = {table[entry]}",
+                gid="padding",
+                fontsize=8,
+                ha="center",
+                va="center",
+                color="#555555",
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "grey", "lw": 0.6, "ls": "--"},
+            )
+        )
     physical_of = {table[logical]: logical for logical in range(used)}
+    padding_targets = {table[entry] for entry in range(used, len(table))} - set(physical_of)
     for physical in range(num_blocks):
         logical = physical_of.get(physical)
         colour = _COLOURS[owner[logical] % len(_COLOURS)] if logical is not None else "#EEEEEE"
-        ax.add_patch(
-            Rectangle((physical, bottom), 0.9, height, color=colour, alpha=0.8 if logical is not None else 1)
+        ax.add_patch(Rectangle((physical, bottom), 0.9, height, color=colour, alpha=0.8 if logical is not None else 1))
+        if physical in padding_targets:  # the block the padding entries name, as they are drawn
+            ax.add_patch(Rectangle((physical, bottom), 0.9, height, fill=False, ec="grey", hatch="..", lw=0.6))
+        named = f"{physical}: padding" if physical in padding_targets else str(physical)
+        ax.text(
+            physical + 0.45,
+            bottom - 0.3,
+            named,
+            ha="center",
+            fontsize=8,
+            color="#555555" if physical in padding_targets else "black",
         )
-        ax.text(physical + 0.45, bottom - 0.3, str(physical), ha="center", fontsize=8)
     step_in_split: dict[int, int] = {}
     for logical in range(used):
         split = owner[logical]
@@ -100,21 +145,14 @@ def plot_kernel_walk(
         step_in_split[split] = step + 1
         colour = _COLOURS[split % len(_COLOURS)]
         # The loop step, inside the block it reads (0-based, as the loop counts).
-        inside = f"step {step}" if splits == 1 else f"s{split} step {step}"
-        steps.append(
-            ax.text(
-                logical + 0.45,
-                top + height / 2,
-                inside,
-                fontsize=7,
-                ha="center",
-                va="center",
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.6},
-            )
+        steps.insert(
+            logical,
+            _inside(ax, logical + 0.45, top + height / 2, f"step {step}" if splits == 1 else f"s{split} step {step}"),
         )
         # The arrow's label sits at its tail, in its logical block's own column, and the arrow starts
         # below it: labels never overlap each other, and no arrow crosses a label.
-        labels.append(
+        labels.insert(
+            logical,
             ax.text(
                 logical + 0.45,
                 top - _LABEL_GAP,
@@ -124,7 +162,7 @@ def plot_kernel_walk(
                 va="center",
                 color=colour,
                 bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": colour, "lw": 0.6},
-            )
+            ),
         )
         arrow = FancyArrowPatch(
             (logical + 0.45, top - _ARROW_START),
@@ -136,7 +174,7 @@ def plot_kernel_walk(
         ax.add_patch(arrow)
     ax.text(-0.2, top + height / 2, "sequence", ha="right", va="center", fontsize=9)
     ax.text(-0.2, bottom + height / 2, "pool", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-1.6, width + 0.2)
+    ax.set_xlim(-1.1, width + 0.1)
     ax.set_ylim(-0.6, top + height + 0.5)
     ax.axis("off")
     if title is None:
@@ -149,12 +187,26 @@ def plot_kernel_walk(
     return fig
 
 
+def _inside(ax, x: float, y: float, text: str, color: str = "black"):
+    """The text inside a sequence block: its loop step, or that it is padding."""
+    return ax.text(
+        x,
+        y,
+        text,
+        fontsize=8,
+        ha="center",
+        va="center",
+        color=color,
+        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.6},
+    )
+
+
 def text_boxes(texts) -> list:
     """Each text's drawn box (its frame, where it has one), in display pixels; needs a drawn figure."""
     return [(text.get_bbox_patch() or text).get_window_extent() for text in texts]
 
 
-def _fit_row(fig, texts, gap: float = 6.0) -> None:
+def _fit_row(fig, texts, gap: float = 3.0) -> None:
     """Shrink one row of texts (left to right) until neighbours are ``gap`` pixels apart or more."""
     size = texts[0].get_fontsize() if texts else 0
     while size > 3:
@@ -167,43 +219,101 @@ def _fit_row(fig, texts, gap: float = 6.0) -> None:
             text.set_fontsize(size)
 
 
-def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 16):
-    """Which keys each new token of a prefill chunk attends to. Returns the matplotlib Figure.
+QUERY_TILE = 16  # notebook 09's kernel: one program answers a tile of 16 new tokens (its QUERY_TILE)
 
-    Rows: new tokens t = 0 .. new_tokens - 1 (position start + t). Columns: key positions
-    0 .. start + new_tokens - 1. Dark: cached history; light: the chunk's own tokens; white:
-    masked (the future). Vertical lines are block boundaries (one loop step each), horizontal
-    lines separate the tiles of queries that one program handles.
+# The prefill mask's cells, one colour and one legend entry each.
+MASKED, CHUNK, HISTORY, PADDING = 0, 1, 2, 3
+MASK_COLOURS = {MASKED: "#ffffff", CHUNK: "#9ecae1", HISTORY: "#2166ac", PADDING: "#bdbdbd"}
+MASK_MEANINGS = {
+    HISTORY: "key visible to the query: cached history (before start)",
+    CHUNK: "key visible to the query: this chunk's own keys",
+    MASKED: "masked: in the query's future",
+    PADDING: "padding / past the length:\na row past T, a key past start + T",
+}
+
+
+def prefill_mask_cells(start: int, new_tokens: int, block_size: int, tile: int = QUERY_TILE):
+    """The mask as the kernel's programs see it: an int array [rows, keys] of MASKED, CHUNK, HISTORY, PADDING.
+
+    Rows: every row of the query tiles (cdiv(new_tokens, tile) * tile; rows at or past new_tokens
+    are the last tile's padding). Keys: every slot of the blocks the last tile's loop reads (up to
+    the block holding position start + new_tokens - 1; slots past it are padding).
     """
-    import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
     import numpy as np
 
     if start < 0 or new_tokens < 1 or block_size < 1 or tile < 1:
         raise ValueError("start must be >= 0 and new_tokens, block_size, tile >= 1")
     total = start + new_tokens
-    keys = np.arange(total)[None, :]
-    queries = start + np.arange(new_tokens)[:, None]
-    picture = np.where(keys > queries, 0, np.where(keys < start, 2, 1))  # [new_tokens, total]
-    fig, ax = plt.subplots(figsize=(min(2 + 0.22 * total, 14), min(1.5 + 0.22 * new_tokens, 8)))
+    rows = -(-new_tokens // tile) * tile
+    keys = -(-total // block_size) * block_size
+    key = np.arange(keys)[None, :]
+    row = np.arange(rows)[:, None]
+    query = start + row
+    cells = np.where(key > query, MASKED, np.where(key < start, HISTORY, CHUNK))
+    return np.where((row >= new_tokens) | (key >= total), PADDING, cells)
+
+
+def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = QUERY_TILE):
+    """Which keys each new token of a prefill chunk attends to. Returns the matplotlib Figure.
+
+    Rows: new tokens t = 0 .. new_tokens - 1 (position start + t), padded to whole tiles of
+    ``tile`` queries (one program each; the kernel's TILE, 16 by default). Columns: key positions,
+    padded to whole blocks. Each colour is named in the legend: visible history, visible keys of
+    the chunk itself, masked (the query's future), padding. Faint lines: one cell per (query, key);
+    black lines: block boundaries (one loop step each); red frames: the tiles of queries; dashed:
+    the end of the cached history.
+    """
+    import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
+    from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
+    cells = prefill_mask_cells(start, new_tokens, block_size, tile)
+    rows, keys = cells.shape
+    cell_inches = max(0.08, min(0.22, 7.5 / keys, 5.0 / rows))
+    fig, ax = plt.subplots(
+        figsize=(min(1.6 + cell_inches * keys, 10) + 4.0, min(1.7 + cell_inches * rows, 8)), layout="constrained"
+    )
     ax.imshow(
-        picture,
-        cmap=plt.matplotlib.colors.ListedColormap(["white", "#9ecae1", "#3182bd"]),
-        aspect="auto",
+        cells,
+        cmap=ListedColormap([MASK_COLOURS[k] for k in (MASKED, CHUNK, HISTORY, PADDING)]),
+        aspect="equal",
         vmin=0,
-        vmax=2,
+        vmax=3,
         interpolation="nearest",
     )
-    for boundary in range(block_size, total, block_size):
-        ax.axvline(boundary - 0.5, color="black", linewidth=0.8)
-    for boundary in range(tile, new_tokens, tile):
-        ax.axhline(boundary - 0.5, color="red", linewidth=1.2)
-    ax.axvline(start - 0.5, color="#3182bd", linewidth=2, linestyle="--")
-    ax.set_xlabel(f"key position (black lines: blocks of {block_size})")
+    if cell_inches * 72 >= 4:  # a faint line around every (query, key) cell, where cells are big enough
+        for x in range(1, keys):
+            ax.axvline(x - 0.5, color="#d0d0d0", linewidth=0.4)
+        for y in range(1, rows):
+            ax.axhline(y - 0.5, color="#d0d0d0", linewidth=0.4)
+    for boundary in range(block_size, keys, block_size):
+        ax.axvline(boundary - 0.5, color="black", linewidth=0.9)
+    for first in range(0, rows, tile):
+        ax.add_patch(Rectangle((-0.5, first - 0.5), keys, tile, fill=False, ec="red", lw=2, clip_on=False))
+    for spine in ax.spines.values():  # the tiles' red frames are the picture's border
+        spine.set_visible(False)
+    if start > 0:
+        ax.axvline(start - 0.5, color="#f4a582", linewidth=2, linestyle="--")
+    ax.set_xlim(-0.5, keys - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xlabel("key position")
     ax.set_ylabel(f"new token t (position {start} + t)")
+    tiles = rows // tile
     ax.set_title(
         f"{new_tokens} new tokens after {start} cached ones\n"
-        f"(dashed: end of the history; red: tiles of {tile} queries)",
+        f"blocks of {block_size} keys, {tiles} tile{'s' if tiles > 1 else ''} of {tile} queries",
         fontsize=10,
     )
-    fig.tight_layout()
+    handles = [
+        Patch(facecolor=MASK_COLOURS[k], edgecolor="#888888", label=MASK_MEANINGS[k])
+        for k in (HISTORY, CHUNK, MASKED, PADDING)
+    ]
+    handles += [
+        Line2D([], [], color="black", linewidth=0.9, label=f"block boundary ({block_size} keys: one loop step)"),
+        Line2D([], [], color="red", linewidth=2, label=f"tile of {tile} queries (one program)"),
+    ]
+    if start > 0:
+        handles.append(Line2D([], [], color="#f4a582", linewidth=2, linestyle="--", label="end of the cached history"))
+    fig.legend(handles=handles, loc="outside right center", fontsize=9, frameon=False)
     return fig

@@ -8,8 +8,9 @@ inputs), it marks every element the kernel got wrong, left empty, or wrote outsi
 ``plot_gather`` draws a gather through an index table: output row i takes table row index[i].
 Given ``loaded`` (the table row each output row actually holds), wrong rows are drawn in red.
 
-``plot_block`` draws one [BLOCK, D] block of a 4-D pool as the grid of offsets a 2-D tile of
-addresses gives (block base + slot * s_slot + column), with the slots past the length hatched.
+``plot_block`` draws one [BLOCK, D] block of a 4-D pool [num_blocks, heads, block_size, head_dim]
+(notebooks 03 and 07's layout) as the grid of offsets a 2-D tile of addresses gives (block base +
+slot * s_slot + column), with the slots past the length hatched.
 Given ``stored`` (what the kernel wrote, loaded from ``offset_coded_pool``, whose every element
 holds its own offset), each cell also shows the address the kernel's load really used.
 """
@@ -164,14 +165,14 @@ def plot_gather(
 
 
 def offset_coded_pool(shape: Sequence[int], device=None):
-    """A contiguous float32 pool [num_blocks, block_size, heads, head_dim] whose every element holds
+    """A contiguous float32 pool [num_blocks, heads, block_size, head_dim] whose every element holds
     its own offset from the pool's first element: a value loaded from it names its address."""
     import math
 
     import torch
 
     if len(shape) != 4:
-        raise ValueError(f"shape must be [num_blocks, block_size, heads, head_dim], got {tuple(shape)}")
+        raise ValueError(f"shape must be [num_blocks, heads, block_size, head_dim], got {tuple(shape)}")
     return torch.arange(math.prod(shape), dtype=torch.float32, device=device).view(*shape)
 
 
@@ -185,7 +186,7 @@ def plot_block(
     stored=None,
     title: str | None = None,
 ):
-    """Draw block ``physical`` of a contiguous pool [*, block_size, heads, head_dim], for ``head``, as
+    """Draw block ``physical`` of a contiguous pool [*, heads, block_size, head_dim], for ``head``, as
     the [block_size, head_dim] grid of its elements' offsets; slots >= ``rows`` are hatched (masked).
 
     stored: optional [block_size, head_dim] tensor or nested list, what the kernel wrote into ``out``
@@ -206,9 +207,10 @@ def plot_block(
         values = stored.tolist() if hasattr(stored, "tolist") else [list(row) for row in stored]
         if len(values) != block_size or any(len(row) != head_dim for row in values):
             raise ValueError(f"stored must be [{block_size}, {head_dim}], what out holds")
-    s_slot = heads * head_dim
-    s_block = block_size * s_slot
-    base = physical * s_block + head * head_dim
+    s_slot = head_dim
+    s_head = block_size * s_slot
+    s_block = heads * s_head
+    base = physical * s_block + head * s_head
     figure, axes = plt.subplots(figsize=(1.6 + 0.95 * head_dim + 2.6, 0.62 * block_size + 1.4))
     for slot in range(block_size):
         y = block_size - 1 - slot
@@ -256,7 +258,7 @@ def plot_block(
         head_dim / 2,
         block_size + 0.6,
         f"base = {physical} * s_block + {head} * s_head = {base}   "
-        f"(s_block {s_block}, s_slot {s_slot}, s_head {head_dim})",
+        f"(s_block {s_block}, s_head {s_head}, s_slot {s_slot})",
         ha="center",
         va="bottom",
         fontsize=8,
@@ -267,7 +269,7 @@ def plot_block(
     default = (
         "the offsets your kernel loaded (red: not the block's)"
         if values is not None
-        else f"out[s, c] = pool[{physical}, s, {head}, c]: offsets slots[:, None] * s_slot + rd[None, :] from base"
+        else f"out[s, c] = pool[{physical}, {head}, s, c]: offsets slots[:, None] * s_slot + rd[None, :] from base"
     )
     axes.set_title(title or default, fontsize=9)
     figure.tight_layout()

@@ -35,10 +35,26 @@ import torch
 import traitlets
 
 from ..data_files import course_prompts
+from ..unfinished import unfinished_stub
 from ..words import split_words, tokenizer
 from . import display, render
 from .block_table_view import BlockTableView
 from .state import find_copies, read_tables
+
+
+def _not_implemented(what: str, error: NotImplementedError) -> str:
+    """The line for unfinished code: where the stub that raised is (notebook 03's, when 04 inherits it)."""
+    stub = unfinished_stub(error)
+    if stub is not None and stub.notebook is not None:
+        return (
+            f"{what} is not implemented yet: `{stub.name}` in {stub.notebook} still raises NotImplementedError. "
+            f"Finish it in {stub.notebook} and save it, then run this notebook's cell that loads it "
+            "(`ph.load_from_notebook`), the cells after it, and the demo's cell again."
+        )
+    return (
+        f"{what} is not implemented yet (it, or something it calls, raises NotImplementedError). "
+        "Finish it in its cell, run that cell, then run the demo's cell again."
+    )
 
 
 class _StepFailed(Exception):
@@ -324,11 +340,8 @@ class CowDemo(display.ShowsItself, traitlets.HasTraits):
         what = f"{name}.{method}"
         try:
             return function(*args, **kwargs)
-        except NotImplementedError:
-            raise _StepFailed(
-                f"{what} is not implemented yet (it, or something it calls, raises NotImplementedError). "
-                "Finish it in its cell, run that cell, then run the demo's cell again."
-            ) from None
+        except NotImplementedError as error:
+            raise _StepFailed(_not_implemented(what, error)) from None
         except MemoryError:
             raise _StepFailed(f"{what} ran out of blocks: the pool is full. Free a sequence or press Reset.") from None
         except Exception as error:  # the class's bug, shown as a line instead of a traceback

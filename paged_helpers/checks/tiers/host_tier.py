@@ -13,8 +13,9 @@ allocator, and every request is served the way an engine with a host tier serves
 
 Every prefilled and decoded row of logits must equal a from-scratch run. Before that, after every
 call that moves blocks, the check compares what it knows (its own copy of the keys and values of
-every block it prefilled, by the block's key: the tokens from the start of the prompt to the
-block's end) with both tiers, so that a wrong logit comes with the rule it broke:
+every block it prefilled, by the block's key: notebook 05's chained hash of the tokens from the start
+of the prompt to the block's end, as hex, ``keys.chain_keys``; the learner's ``block_keys`` is given
+code and must give the same) with both tiers, so that a wrong logit comes with the rule it broke:
 
 - both pools' counts: a GPU block's count is 1 for the tree plus 1 per table; a host slot's count is
   1 for its entry plus 1 per pin not yet undone; the free lists hold exactly the unused ones;
@@ -44,9 +45,18 @@ from ...workloads import multi_turn_chats, random_tokens
 from ..radix.on_the_model import BLOCK, RequestServer, longest_cached, tree_blocks
 from ..reading.calls import call_learner
 from ..reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
-from ..reading.strict import learner_dict, learner_int, learner_int_list, learner_tensor, strict_equal
+from ..reading.strict import (
+    learner_dict,
+    learner_int,
+    learner_int_list,
+    learner_key,
+    learner_list,
+    learner_tensor,
+    strict_equal,
+)
 from ..speaking.failure import fail
 from ..speaking.report import check
+from .keys import chain_keys
 
 __all__ = ["check_tiered_cache"]
 
@@ -69,6 +79,10 @@ LOST_HINT = (
     "it releases them"
 )
 THROUGH_HINT = "with write-through, insert offloads every whole block of the prompt as soon as it is cached"
+KEYS_HINT = (
+    "block_keys is given code: it must return notebook 05's block_hashes of the tokens' whole blocks, each "
+    "digest as hex (restore it from the notebook, and notebook 05's block_hashes, chain_step and root_hash)"
+)
 HOST_DATA_HINT = (
     "offload copies every layer's keys and values of the GPU block into the host slot it gives the key, "
     "and the entry names that slot"
@@ -117,14 +131,46 @@ class _Server(RequestServer):
             policy,
             scenario=scenario,
         )
-        self.record: dict[tuple[int, ...], torch.Tensor] = {}
+        self.record: dict[str, torch.Tensor] = {}
+        self.ends: dict[str, int] = {}  # each recorded key -> the tokens its block ends after
         self.pins: list[int] = []
-        self.verified: dict[tuple[int, ...], int] = {}  # host entries whose data the check compared
+        self.verified: dict[str, int] = {}  # host entries whose data the check compared
         self.host_hits = 0  # blocks loaded back: the tests make sure the scenarios use the tier
+        self._keys: dict[tuple[int, ...], list[str]] = {}
+
+    def keys_of(self, tokens: Any) -> list[str]:
+        """The chain key of each whole block of ``tokens`` (``keys.chain_keys``), remembered per prefix."""
+        whole = tuple(tokens[: len(tokens) // BLOCK * BLOCK])
+        if whole not in self._keys:
+            self._keys[whole] = chain_keys(whole, BLOCK)
+            for index, key in enumerate(self._keys[whole]):
+                self.ends[key] = (index + 1) * BLOCK
+        return self._keys[whole]
+
+    def _expect_given_keys(self, prompt: list[int], where: str) -> None:
+        """The learner's block_keys (given code) gives the chain keys: the check compares its host
+        entries with those."""
+        got = learner_list(
+            call_learner(
+                f"block_keys(prompt of {len(prompt)} tokens)", self.tiered.block_keys, list(prompt), scenario=where
+            ),
+            "the keys block_keys returned",
+            where,
+            learner_key,
+        )
+        if got != self.keys_of(prompt):
+            fail(
+                where,
+                f"block_keys giving notebook 05's chain of {len(prompt) // BLOCK} hashes, as hex",
+                "other keys",
+                KEYS_HINT,
+            )
 
     # --- one request ------------------------------------------------------------------------------
     def serve(self, seq: str, prompt: list[int], name: str, expect_reuse: bool) -> None:
         where = f"{self.scenario}: {name} ({len(prompt)} tokens)"
+        if not self.record:
+            self._expect_given_keys(prompt, where)
         node, blocks = self.match(prompt, name, where)
         self._expect_holds(blocks, prompt, "match's block", where)
         self.lock(node, f"node of {name}'s match", where)
@@ -168,9 +214,9 @@ class _Server(RequestServer):
         self.locks[seq] = node
         self._expect_tiers(f"{where}, after load_back")
         self.prefill(seq, prompt, reused, where)
-        table, pools = self._table(seq, where), self._gpu_pools(where)
+        table, pools, keys = self._table(seq, where), self._gpu_pools(where), self.keys_of(prompt)
         for index in range(reused // BLOCK, len(prompt) // BLOCK):
-            self.record[tuple(prompt[: (index + 1) * BLOCK])] = pools[:, table[index]].clone()
+            self.record[keys[index]] = pools[:, table[index]].clone()
         self.publish(seq, prompt, name, node, table, where)
         self._expect_tiers(f"{where}, after insert", inserted=prompt)
         self.decode(seq, where)
@@ -209,12 +255,14 @@ class _Server(RequestServer):
     def _expect_holds(self, blocks: list[int], prompt: list[int], what: str, where: str) -> None:
         """GPU ``blocks`` are the first blocks of ``prompt``: each holds the keys of its prefix."""
         pools = self._gpu_pools(where) if blocks else None
+        keys = self.keys_of(prompt)
         for index, block in enumerate(blocks):
-            key = tuple(prompt[: (index + 1) * BLOCK])
+            key = keys[index] if index < len(keys) else None
             if key not in self.record or not strict_equal(pools[:, block], self.record[key]):
                 fail(
                     where,
-                    f"{what} {index} (block {block}) holding the keys of this prompt's tokens 0..{len(key) - 1}",
+                    f"{what} {index} (block {block}) holding the keys of this prompt's tokens "
+                    f"0..{(index + 1) * BLOCK - 1}",
                     "other keys",
                     LOST_HINT if what == "match's block" else FRESH_HINT,
                 )
@@ -237,15 +285,16 @@ class _Server(RequestServer):
                 fail(where, "load_back's blocks fresh: count 1, in no table and not in the tree", got, FRESH_HINT)
         entries = self._host_entries(where)
         pools = self._gpu_pools(where) if loaded else None
+        keys = self.keys_of(prompt)
         for index, (block, slot) in enumerate(zip(loaded, slots, strict=True), start=first):
-            key = tuple(prompt[: (index + 1) * BLOCK])
+            key = keys[index] if index < len(keys) else None
             if key in self.record and strict_equal(pools[:, block], self.record[key]):
                 continue
             if entries.get(key) != slot:
                 fail(
                     where,
                     f"block {block}, loaded from host slot {slot} (pinned by match_host for tokens "
-                    f"0..{len(key) - 1}), holding those tokens' keys",
+                    f"0..{(index + 1) * BLOCK - 1}), holding those tokens' keys",
                     f"other keys: the host dropped that entry while the slot was pinned"
                     f" (host_entries now gives the key {'no slot' if key not in entries else f'slot {entries[key]}'})",
                     PIN_HINT,
@@ -260,7 +309,9 @@ class _Server(RequestServer):
         for key, slot in entries.items():
             if not 0 <= slot < self.host_slots:
                 fail(where, f"host_entries naming slots 0..{self.host_slots - 1}", f"slot {slot}", HOST_COUNT_HINT)
-            host_holders[slot].append(f"the entry of tokens 0..{len(key) - 1}")
+            host_holders[slot].append(
+                f"the entry of tokens 0..{self.ends[key] - 1}" if key in self.ends else "an entry of an unknown key"
+            )
         for slot in self.pins:
             host_holders[slot].append("a pin")
         host_refs = learner_int_list(self.tiered.host.refs, "host.refs", where)
@@ -291,25 +342,26 @@ class _Server(RequestServer):
             if not strict_equal(host[:, slot], self.record[key]):
                 fail(
                     where,
-                    f"host slot {slot} (the entry of tokens 0..{len(key) - 1}) holding those tokens' keys",
+                    f"host slot {slot} (the entry of tokens 0..{self.ends[key] - 1}) holding those tokens' keys",
                     "other keys",
                     HOST_DATA_HINT if not self.pins or slot not in self.pins else PIN_HINT,
                 )
-        on_gpu = set(tree.values())
+        on_gpu = {self.keys_of(path)[-1] for path in tree.values() if len(path) >= BLOCK}
         host_full = learner_int(self.tiered.host.num_free, "host.num_free", where) == 0
         if not host_full:
             for key in self.record:
                 if key not in on_gpu and key not in entries:
                     fail(
                         where,
-                        f"the block of tokens 0..{len(key) - 1} in the GPU tree or on the host "
+                        f"the block of tokens 0..{self.ends[key] - 1} in the GPU tree or on the host "
                         f"(the host has free slots, so its LRU dropped nothing)",
                         "in neither: the block was lost between the tiers",
                         LOST_HINT,
                     )
             if inserted is not None and self.policy == WRITE_THROUGH:
-                for end in range(BLOCK, len(inserted) // BLOCK * BLOCK + 1, BLOCK):
-                    if tuple(inserted[:end]) not in entries:
+                for index, key in enumerate(self.keys_of(inserted)):
+                    end = (index + 1) * BLOCK
+                    if key not in entries:
                         fail(
                             where,
                             f"with write-through, the block of tokens 0..{end - 1} on the host once inserted",
