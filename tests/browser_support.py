@@ -57,12 +57,18 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def jupyter_lab(
-    folder: Path, state: Path, log: Path, timeout: float = 60, extra_env: dict[str, str] | None = None
+    folder: Path,
+    state: Path,
+    log: Path,
+    timeout: float = 60,
+    extra_env: dict[str, str] | None = None,
+    lab_settings: dict[str, dict] | None = None,
 ) -> Iterator[Lab]:
     """JupyterLab serving ``folder``; its config, runtime and settings live under ``state``.
 
     ``extra_env`` is added to the server's environment (for example JUPYTER_CONFIG_PATH, as
-    ``make demo`` sets it).
+    ``make demo`` sets it). ``lab_settings``: the Lab settings files written first (default
+    LAB_SETTINGS; ``{}`` for none, as a learner's Lab starts).
 
     The server's output goes to ``log`` (never to the test's stderr). It is stopped, with its
     kernels, by its own process group when the block ends.
@@ -80,7 +86,7 @@ def jupyter_lab(
     }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
-    for name, settings in LAB_SETTINGS.items():
+    for name, settings in (LAB_SETTINGS if lab_settings is None else lab_settings).items():
         target = dirs["JUPYTERLAB_SETTINGS_DIR"] / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(settings))
