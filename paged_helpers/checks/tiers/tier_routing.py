@@ -23,6 +23,7 @@ read ``tier_weights`` fails it.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -31,7 +32,7 @@ from ..reading.calls import call_learner
 from ..reading.strict import learner_float, learner_int
 from ..speaking.failure import fail
 from ..speaking.report import check, run_hidden_scenarios
-from .routing import _chain, _prompts
+from .routing import _chain, _prompts, redraw_until
 
 __all__ = ["check_tier_aware_router"]
 
@@ -375,8 +376,10 @@ def _hidden(replicas: tuple[int, int], overlap_weights: tuple[float, ...], weigh
     def scenario(Router: Any, rng: random.Random) -> None:  # noqa: N803
         for overlap_weight in overlap_weights:
             count = rng.randint(*replicas)
-            while not _telling(stream := _draw_stream(rng, count, HIDDEN_EVENTS, 4, weights), overlap_weight):
-                pass
+            stream = redraw_until(
+                functools.partial(_draw_stream, rng, count, HIDDEN_EVENTS, 4, weights),
+                functools.partial(_telling, overlap_weight=overlap_weight),
+            )
             _serve_stream(Router, stream, overlap_weight, name)
 
     return scenario
