@@ -5,8 +5,9 @@ source notebooks are never opened), runs all of 04's cells in JupyterLab, then p
 demo's buttons: create a prompt, fork twice, write a token into the last child. It checks from
 the DOM that the widget manager drew the live widget, that after the forks the prompt's blocks
 show refcount 3, and that after the write the shared half-full block was copied: a tile marked
-as a copy of it appears with refcount 1, while the original drops to 2. It also switches on
-presentation mode and the dark theme, and frees a sequence from the keyboard. Screenshots go to
+as a copy of it appears with refcount 1, while the original drops to 2. It also presents the
+demo (Present, its one presentation mode: the stage over the window, the pool compact, then Esc),
+switches on the dark theme, and frees a sequence from the keyboard. Screenshots go to
 .artifacts/browser_cow_demo/ with timing.json (how long each phase took).
 """
 
@@ -123,12 +124,17 @@ def drive_the_demo(page, lab, lap) -> None:
     page.screenshot(path=ARTIFACTS / "after_write_page.png")
     lap("wrote")
 
-    demo.locator(".ph-presentation-toggle").click()
-    page.wait_for_function(f"() => document.querySelector('{DEMO} .ph-presentation') !== null")
-    demo.screenshot(path=ARTIFACTS / "presentation_mode.png")
-    lap("presentation")
+    assert demo.locator(".ph-presentation-toggle").count() == 0  # Present is the one presentation mode
+    demo.locator(".ph-play-present").click()
+    staged = f"{DEMO}.ph-staged"
+    page.wait_for_selector(f"{staged} .ph-free-count")  # the kernel drew the projector's picture: compact
+    assert int(page.locator(staged).get_attribute("data-font-px")) >= 20
+    page.screenshot(path=ARTIFACTS / "presented.png")
+    page.keyboard.press("Escape")  # back in the notebook, with the notebook's picture
+    page.wait_for_selector(staged, state="detached")
+    page.wait_for_selector(f"{DEMO} .ph-free-count", state="detached")
+    lap("presented")
 
-    demo.locator(".ph-presentation-toggle").click()  # back to normal size, then the dark theme
     change_theme = "theme => { window.jupyterapp.commands.execute('apputils:change-theme', {theme}); }"
     page.evaluate(change_theme, "JupyterLab Dark")
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")

@@ -16,7 +16,7 @@ import json
 import time
 
 import pytest
-from paged_grading import release_check
+from paged_grading.administration import release_check
 
 from browser_support import CHROMIUM, LAB_SETTINGS, chromium_page, error_outputs, run_all_cells
 from conftest import NOTEBOOKS, ROOT

@@ -15,6 +15,7 @@ Screenshots (one per size after the story, plus the restart warning) and timing.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 
@@ -35,10 +36,13 @@ ARTIFACTS = ROOT / ".artifacts" / "browser_projector"
 MAKE_DEMO_ENV = {"JUPYTER_CONFIG_PATH": str(DEMO.parent / "jupyter")}  # as `make demo` starts Lab
 
 # Every element of the stage that is drawn: which lie outside the window, which hold text
-# smaller than the minimum, and the font size the stage chose.
-LAYOUT = """([selector, minimum]) => {
+# smaller than the minimum (form fields included), whether the content scrolls, the font size the
+# stage chose, and which points of the stage something else covers (JupyterLab's toolbar, say):
+# on a grid over the window, the element on top must belong to the stage.
+LAYOUT = """([selector, contentSelector, minimum]) => {
     const stage = document.querySelector(selector);
-    const outside = [], small = [];
+    const content = contentSelector ? stage.querySelector(contentSelector) : stage;
+    const outside = [], small = [], covered = [];
     for (const el of stage.querySelectorAll('*')) {
         if (el.closest('[hidden]')) continue;
         const box = el.getBoundingClientRect();
@@ -47,12 +51,22 @@ LAYOUT = """([selector, minimum]) => {
         const corners = [box.left, box.top, box.right, box.bottom].map(Math.round).join(',');
         if (box.left < -0.5 || box.top < -0.5 || box.right > innerWidth + 0.5 || box.bottom > innerHeight + 0.5)
             outside.push(`${name} at ${corners}`);
-        const text = [...el.childNodes].some(node => node.nodeType === 3 && node.textContent.trim());
+        const text = [...el.childNodes].some(node => node.nodeType === 3 && node.textContent.trim())
+            || ['INPUT', 'SELECT'].includes(el.tagName);
         const size = parseFloat(getComputedStyle(el).fontSize);
         if (text && size < minimum) small.push(`${name}: ${size}px`);
     }
-    const content = stage.querySelector('.ph-story-content');
-    return {outside, small, font: parseFloat(content.style.fontSize),
+    const frame = stage.getBoundingClientRect();
+    for (let x = 4; x < innerWidth; x += Math.floor(innerWidth / 12)) {
+        for (let y = 4; y < innerHeight; y += Math.floor(innerHeight / 12)) {
+            const hit = document.elementFromPoint(x, y);
+            if (!hit || !stage.contains(hit))
+                covered.push(`${x},${y}: ${hit ? hit.tagName + '.' + hit.className : 'nothing'}`);
+        }
+    }
+    const box = stage.getBoundingClientRect();
+    return {outside, small, covered, font: parseFloat(content.style.fontSize),
+            box: [box.left, box.top, box.right, box.bottom].map(Math.round),
             scrolls: content.scrollHeight > stage.clientHeight || content.scrollWidth > stage.clientWidth};
 }"""
 
@@ -75,10 +89,14 @@ def artifacts():
     return ARTIFACTS
 
 
-def check_layout(page, selector: str, where: str) -> float:
-    report = page.evaluate(LAYOUT, [selector, MIN_FONT_PX])
+def check_layout(page, selector: str, where: str, content: str = ".ph-story-content") -> float:
+    """Everything of the stage inside the window, on top of the page, in type of MIN_FONT_PX or more."""
+    report = page.evaluate(LAYOUT, [selector, content, MIN_FONT_PX])
+    width, height = page.viewport_size["width"], page.viewport_size["height"]
+    assert report["box"] == [0, 0, width, height], f"{where}: the stage is not the window: {report['box']}"
     assert not report["scrolls"], f"{where}: the frame does not fit the window"
     assert report["outside"] == [], f"{where}: outside the window: {report['outside'][:5]}"
+    assert report["covered"] == [], f"{where}: covered by something else: {report['covered'][:5]}"
     assert report["small"] == [], f"{where}: text under {MIN_FONT_PX}px: {report['small'][:5]}"
     return report["font"]
 
@@ -201,78 +219,163 @@ def present_the_story(page, lab, exported_path, total, artifacts, lap) -> None:
     lap("kernel_restart_shown")
 
 
-# The free-play demo's box: its height and the notebook's visible area (what scrolls) around it;
-# on the stage, whether it fits the window, its font size, and any text under the minimum.
-FREE_PLAY_BOX = """([minimum]) => {
+# ----- free play: the CowDemo's one presentation mode, Present ----------------------------------
+
+STAGED = ".ph-cow-demo-widget.ph-staged"
+# The free-play demo in the notebook: its height, the notebook's visible area (what scrolls, below
+# the notebook's toolbar), and whether its Present button lies inside that area with nothing on top.
+IN_NOTEBOOK = """() => {
     const demo = document.querySelector('.ph-cow-demo-widget');
-    const area = demo.closest('.jp-WindowedPanel-outer') || demo.closest('.jp-Notebook');
-    const small = [];
-    for (const el of demo.querySelectorAll('*')) {
-        if (!el.checkVisibility()) continue;
-        const text = [...el.childNodes].some(node => node.nodeType === 3 && node.textContent.trim());
-        if (text && parseFloat(getComputedStyle(el).fontSize) < minimum) small.push(el.textContent.trim().slice(0, 30));
-    }
-    return {height: Math.round(demo.getBoundingClientRect().height), visible: area ? area.clientHeight : innerHeight,
-            scroll: demo.scrollHeight, client: demo.clientHeight, window: innerHeight,
-            font: parseFloat(demo.dataset.fontPx || getComputedStyle(demo).fontSize), small,
-            earlier: [...demo.querySelectorAll('.ph-earlier')].filter(e => e.checkVisibility()).length};
+    const area = (demo.closest('.jp-WindowedPanel-outer') || demo.closest('.jp-Notebook')).getBoundingClientRect();
+    const present = demo.querySelector('.ph-play-present').getBoundingClientRect();
+    const [x, y] = [present.left + present.width / 2, present.top + present.height / 2];
+    const hit = document.elementFromPoint(x, y);
+    return {height: Math.round(demo.getBoundingClientRect().height), visible: Math.round(area.height),
+            present_inside: present.top >= area.top && present.bottom <= area.bottom
+                && present.left >= area.left && present.right <= area.right,
+            present_on_top: Boolean(hit && hit.closest('.ph-play-present'))};
 }"""
-FREE_PLAY_SIZES = [(1280, 720), (1024, 768)]
+# Each control of the staged demo: inside the window and on top at its centre (none clipped or hidden).
+CONTROLS = """([selector]) => [...document.querySelector(selector).querySelectorAll(
+        'button, input, select')].map(el => {
+    const box = el.getBoundingClientRect();
+    const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    const ok = box.height > 0 && box.top >= 0 && box.bottom <= innerHeight && box.right <= innerWidth
+        && Boolean(hit) && (hit === el || el.contains(hit) || hit.contains(el) && hit.tagName === 'LABEL');
+    return ok ? '' : `${el.tagName}.${el.className} "${el.textContent.trim()}" at ${Math.round(box.top)}`;
+}).filter(Boolean)"""
+AFTER_TWO_FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+# The demo's step log as the page has it: the latest line and the count of earlier ones (a step
+# that repeats the line before, a second refusal say, still adds one).
+STEP_LOG = """([selector]) => [...document.querySelectorAll(`${selector} :is(.ph-message, .ph-history summary)`)]
+    .map(e => e.textContent).join(' | ')"""
 
 
-def test_free_play_fits_a_projector_after_forks_and_a_write(artifacts, tmp_path):
-    """Section 4 after create, fork x3 and a write: one message line (the rest folded), and Present fits the window."""
+def click_and_wait(page, demo, action: str, where: str) -> None:
+    """Click the demo's button for ``action`` and wait until its step is on the page."""
+    before = page.evaluate(STEP_LOG, [where])
+    demo.locator(f".ph-do-{action}").click()
+    page.wait_for_function(f"([selector, before]) => ({STEP_LOG})([selector]) !== before", arg=[where, before])
+
+
+def test_free_play_presented_fits_every_screen_at_every_step(artifacts, tmp_path):
+    """Section 4, presented: the default story by hand, then the worst cases the demo allows.
+
+    Present (the demo's one presentation mode) stages the demo; every step is clicked on the
+    stage, and after each, at 1024x768, 1280x720 and 1920x1080: the stage is the window, every
+    element inside it and on top of the page (nothing of JupyterLab over it), every control
+    reachable, no text under MIN_FONT_PX. The worst cases: a prompt of the field's largest size
+    (the whole pool), forked up to the demo's bound of sequences, a fork and a create past it, a
+    write into a full pool; and the same with two-letter names (after 26 sequences).
+    """
     folder = tmp_path / "demo"
     folder.mkdir()
     shutil.copy(DEMO, folder / DEMO.name)
-    measured = {}
+    shots = tmp_path / "screens"
+    shots.mkdir()
+    fonts: dict[str, dict[str, float]] = {}
     with (
         jupyter_lab(folder, tmp_path / "jupyter", artifacts / "lab_free_play.log", extra_env=MAKE_DEMO_ENV) as lab,
-        chromium_page(*FREE_PLAY_SIZES[0]) as page,
+        chromium_page(*SIZES[0]) as page,
     ):
         page.goto(lab.tree(DEMO.name))
         assert run_all_cells(page) and error_outputs(page) == [], error_outputs(page)
         page.set_default_timeout(30_000)
         demo = page.locator(".ph-cow-demo-widget")
         demo.wait_for()
-        message = demo.locator(".ph-message")
-        for button in ["create", "fork", "fork", "fork", "write"]:
-            before = message.inner_text()
-            demo.locator(f".ph-do-{button}").click()
-            page.wait_for_function(
-                "([m, b]) => document.querySelector(m).innerText !== b",
-                arg=[".ph-cow-demo-widget .ph-message", before],
-            )
-        assert "copied" in message.inner_text()  # the write landed in a shared block
-        # The saved picture beside the live view followed the clicks (a saved or exported notebook
-        # shows it), and is hidden while the live view is on the page.
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.ph-static-snapshot .ph-cow-demo .ph-message')]"
-            ".some(m => m.textContent.includes('copied'))"
-        )
-        assert page.locator(".ph-static-snapshot").count() >= 3  # block tables, prefix cache, free play
-        assert page.locator(".ph-static-snapshot:visible").count() == 0
-        for width, height in FREE_PLAY_SIZES:
+        in_notebook = {}
+        for width, height in SIZES:
             page.set_viewport_size({"width": width, "height": height})
-            demo.scroll_into_view_if_needed()
-            page.wait_for_timeout(300)
-            in_notebook = page.evaluate(FREE_PLAY_BOX, [MIN_FONT_PX])
-            demo.locator(".ph-play-present").click()
-            page.wait_for_selector(".ph-cow-demo-widget.ph-staged")
-            page.wait_for_timeout(300)
-            staged = page.evaluate(FREE_PLAY_BOX, [MIN_FONT_PX])
-            page.screenshot(path=artifacts / f"free_play_{width}x{height}.png")
-            page.keyboard.press("Escape")
-            page.wait_for_selector(".ph-cow-demo-widget.ph-staged", state="detached")
-            measured[f"{width}x{height}"] = {"in_notebook": in_notebook, "presented": staged}
-        (artifacts / "free_play.json").write_text(json.dumps(measured, indent=2))
-        print(f"free play after fork x3 + write: {json.dumps(measured)}")
-        earlier = demo.locator("details.ph-history")
-        assert earlier.count() == 1 and "earlier steps (5)" in earlier.locator("summary").inner_text()
-        earlier.locator("summary").click()  # unfolded on demand, the history is all there
-        assert demo.locator(".ph-history .ph-earlier").count() == 5
-    for size, boxes in measured.items():
-        assert boxes["in_notebook"]["earlier"] == 0, f"{size}: earlier steps shown unfolded"
-        shown = boxes["presented"]
-        assert shown["height"] <= shown["window"] and shown["scroll"] <= shown["client"], f"{size}: {shown}"
-        assert shown["font"] >= MIN_FONT_PX and shown["small"] == [], f"{size}: {shown}"
+            demo.locator(".ph-play-present").scroll_into_view_if_needed()
+            page.wait_for_timeout(200)
+            in_notebook[f"{width}x{height}"] = shown = page.evaluate(IN_NOTEBOOK)
+            assert shown["present_inside"] and shown["present_on_top"], f"{width}x{height}: Present hidden: {shown}"
+        page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+        demo.locator(".ph-play-present").click()
+        page.wait_for_selector(STAGED)
+        assert "Leave" in demo.locator(".ph-play-present").inner_text()
+        maximum = int(demo.locator(".ph-prompt-tokens input").get_attribute("max"))
+
+        def step(name: str, action: str, arg: str = "") -> None:
+            """One click on the stage, as the instructor makes it; then every screen size."""
+            message = demo.locator(".ph-message")
+            if action == "select":
+                demo.locator(".ph-sequence select").select_option(arg)
+                chosen = f"() => document.querySelector('{STAGED} .ph-sequence select').value === '{arg}'"
+                page.wait_for_function(chosen)
+                return
+            if action == "tokens":
+                field = demo.locator(".ph-prompt-tokens input")
+                field.fill(arg)
+                field.press("Tab")
+                return
+            click_and_wait(page, demo, action, STAGED)
+            for width, height in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                page.evaluate(AFTER_TWO_FRAMES)
+                where = f"free play {width}x{height} after {name}: {message.inner_text()[:80]}"
+                font = check_layout(page, STAGED, where, content="")
+                assert page.evaluate(CONTROLS, [STAGED]) == [], f"{where}: a control is clipped or covered"
+                fonts.setdefault(f"{width}x{height}", {})[name] = font
+                if name.startswith("worst"):
+                    page.screenshot(path=shots / f"{name}_{width}x{height}.png")
+
+        # The default story (story.DEFAULT_STORY), by hand.
+        step("story create A", "create")
+        for child in "BCD":
+            step("", "select", "A")
+            step(f"story fork {child}", "fork")
+        for seq, count in (("D", 1), ("A", 2)):
+            step("", "select", seq)
+            for index in range(count):
+                step(f"story write {seq}{index}", "write")
+        for seq in "BC":
+            step("", "select", seq)
+            step(f"story free {seq}", "free")
+        assert "freed C" in demo.locator(".ph-message").inner_text()
+        # The worst cases: the largest prompt the field takes (the whole pool), as many sequences as
+        # the demo holds, one more refused, and a write the full pool cannot take.
+        step("worst reset", "reset")
+        step("", "tokens", str(maximum))
+        step("worst create", "create")
+        forks = 0
+        while "at most" not in demo.locator(".ph-message").inner_text():  # until the demo refuses one
+            forks += 1
+            step(f"worst fork {forks}", "fork")
+        bound = len(demo.locator(".ph-sequence option").all_inner_texts())
+        step("worst create refused", "create")
+        step("worst write into a full pool", "write")
+        assert "ran out of blocks" in demo.locator(".ph-message").inner_text()
+        # Two-letter names are wider chips: free everything, spend the names up to Z, and again.
+        for seq in demo.locator(".ph-sequence option").all_inner_texts():
+            step("", "select", seq)
+            step(f"free {seq}", "free")
+        step("", "tokens", "1")
+        page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+        created = ""
+        while created != "Z":
+            for action in ("create", "free"):
+                click_and_wait(page, demo, action, STAGED)
+                if action == "create":
+                    created = re.match(r"created (\w+) ", demo.locator(".ph-message").inner_text())[1]
+        step("", "tokens", str(maximum))
+        step("worst long names create", "create")
+        for index in range(1, bound):
+            step(f"worst long names fork {index}", "fork")
+        names = demo.locator(".ph-sequence option").all_inner_texts()
+        assert len(names) == bound and all(len(name) == 2 for name in names), names
+
+        page.keyboard.press("Escape")  # back in the notebook, where it was
+        page.wait_for_selector(STAGED, state="detached")
+        assert "Present" in demo.locator(".ph-play-present").inner_text()
+        assert page.locator(".jp-Notebook .ph-cow-demo-widget").count() == 1
+        earlier = demo.locator("details.ph-history")  # in the notebook the step log is all there, folded
+        assert earlier.count() == 1 and "earlier steps (" in earlier.locator("summary").inner_text()
+    for name in shots.iterdir():
+        shutil.copy(name, artifacts / name.name)
+    summary = {"in_notebook": in_notebook, "staged_font_px": fonts, "sequences_at_most": bound}
+    (artifacts / "free_play.json").write_text(json.dumps(summary, indent=2))
+    print(
+        f"free play: in the notebook {in_notebook}; font px on the stage, smallest by screen: "
+        f"{ {size: min(by_step.values()) for size, by_step in fonts.items()} }; screenshots in {shots}"
+    )

@@ -12,6 +12,7 @@ import re
 from html import escape
 from html.parser import HTMLParser
 
+import ipywidgets
 import pytest
 import torch
 
@@ -265,7 +266,7 @@ def test_demo_without_words_shows_numbers_only(PagedKVCache):
 def test_demo_buttons_drive_the_same_steps(PagedKVCache):
     demo = CowDemo(PagedKVCache)
     widget = demo.widget
-    controls = demo._controls
+    controls = demo.controls
     assert controls["fork"].disabled and controls["write"].disabled  # nothing to act on yet
     controls["create"].click()
     controls["fork"].click()
@@ -278,10 +279,14 @@ def test_demo_buttons_drive_the_same_steps(PagedKVCache):
     assert elements(screen, "ph-copy") and escape(demo.message) in screen
     controls["free"].click()
     assert controls["sequence"].options == ("A", "C")
-    controls["presentation"].value = True
-    assert demo.presentation and "font-size:24px" in widget.children[-1].value
-    assert elements(widget.children[-1].value, "ph-free-count")  # the pool is compact on a projector
-    assert controls["create"].style.font_size == "24px"
+    # One presentation mode: Present (the browser sets the stage's `staged`); no other toggle.
+    assert not any(isinstance(child, ipywidgets.ToggleButton) for child in widget.children[2].children)
+    assert set(controls) == {"create", "fork", "write", "free", "reset", "tokens", "sequence", "present"}
+    controls["present"].staged = True
+    assert demo.presented and elements(widget.children[-1].value, "ph-free-count")  # compact on a projector
+    assert not elements(widget.children[-1].value, "ph-legend") and not elements(demo.to_html(), "ph-free-count")
+    controls["present"].staged = False  # Leave: the notebook's picture again
+    assert not demo.presented and not elements(widget.children[-1].value, "ph-free-count")
     controls["reset"].click()
     assert controls["sequence"].options == () and controls["write"].disabled
 
@@ -360,7 +365,7 @@ def test_demo_says_not_implemented_instead_of_a_traceback(PagedKVCache, capsys):
     assert broken.problem.startswith("NoConstructor.__init__ is not implemented yet")
     broken.create()
     broken.write()
-    assert broken.widget is not None and broken._controls["create"].disabled
+    assert broken.widget is not None and broken.controls["create"].disabled
     assert elements(broken.to_html(), "ph-error")
     assert capsys.readouterr().err == ""
 
@@ -389,6 +394,30 @@ def test_demo_reports_a_full_pool(PagedKVCache):
     assert demo.view.free == list(demo.cache.allocator.free)
 
 
+def test_demo_holds_at_most_max_sequences(PagedKVCache):
+    """Past ``max_sequences`` a create or fork is refused with a line; no name is spent on it."""
+    demo = CowDemo(PagedKVCache, max_sequences=3)
+    demo.create()
+    demo.fork()
+    demo.fork()
+    tables = {seq: list(table) for seq, table in demo.cache.tables.items()}
+    assert demo.fork() is None and demo.create() is None
+    assert "at most 3 sequences" in demo.message and "free one first" in demo.message
+    assert demo.sequences == ["A", "B", "C"] and demo.cache.tables == tables and len(demo.history) == 6
+    demo.free("B")
+    assert demo.fork() == "D"  # room again; the refused steps took no name
+
+
+def test_free_play_is_bounded_to_fit_a_projector(PagedKVCache):
+    from paged_helpers.widgets import lecture
+
+    shown = lecture.Lecture(PagedKVCache, None, NOTEBOOKS / "04_fork_and_copy_on_write.ipynb").free_play()
+    assert shown.sizes["num_blocks"] == lecture.FREE_PLAY["num_blocks"] == 8
+    assert shown.max_sequences == lecture.FREE_PLAY["max_sequences"] == 4
+    assert shown.controls["tokens"].max == 32  # the largest prompt fills the pool, no more
+    assert not shown.presented and not elements(shown.to_html(), "ph-free-count")  # the notebook's picture
+
+
 def test_demo_refuses_an_instance():
     with pytest.raises(TypeError, match="cache class itself"):
         CowDemo(object())
@@ -413,7 +442,7 @@ def test_nothing_live_is_built_while_nbgrader_executes(PagedKVCache, monkeypatch
         bundle = shown._repr_mimebundle_()
         assert set(bundle) == {"text/html", "text/plain"}
         assert elements(bundle["text/html"], "ph-block")
-    assert demo._widget is None and view._widget is None and view._picture is None
+    assert demo._face is None and view._widget is None and view._picture is None
     assert capsys.readouterr().err == ""
 
 
@@ -533,13 +562,13 @@ def _font_sizes(html: str) -> list[str]:
 
 
 def test_presentation_pictures_never_shrink_text(PagedKVCache, PrefixCache):
-    demo = CowDemo(PagedKVCache, presentation=True)
+    demo = CowDemo(PagedKVCache)
     demo.create()
     demo.fork()
     demo.write()
     view = PrefixCacheView(PrefixCache(make_cache(PagedKVCache)), presentation=True)
     view.attach("r1", list(range(10)))
-    for html in (demo.to_html(), view.to_html(), Story(PagedKVCache).frame):
+    for html in (demo.to_html(projector=True), view.to_html(), Story(PagedKVCache).frame):
         for size in _font_sizes(html):
             if size.endswith("em"):
                 assert float(size[:-2]) >= 1, (size, html[:200])

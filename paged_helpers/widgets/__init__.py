@@ -11,7 +11,8 @@ Modules: ``state`` reads a cache into plain data, ``render`` draws it as HTML, `
 holds the colour-blind-safe colours, ``display`` decides between live and static (static only
 while nbgrader executes a notebook), ``stage`` holds the presentation stage's JavaScript (in
 ``frontend/``) and the static page, ``kernel_watch`` warns when the kernel is gone, and one
-module per widget.
+module per widget; the CowDemo's parts are ``cow_calls`` (calling the class, wording its
+mistakes), ``cow_words`` (the prompts' words) and ``cow_controls`` (its live layout and stage).
 """
 
 from .block_table_view import BlockTableView

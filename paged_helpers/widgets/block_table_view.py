@@ -178,8 +178,13 @@ class BlockTableView(display.ShowsItself, traitlets.HasTraits):
     def _presentation_changed(self, change: dict) -> None:
         self._redraw()
 
-    def picture_html(self) -> str:
-        """The picture without its page wrapper, for widgets that compose it with more."""
+    def picture_html(self, *, projector: bool = False) -> str:
+        """The picture without its page wrapper, for widgets that compose it with more.
+
+        ``projector``: drawn for a stage, this once, whatever the view's traits say: compact, no
+        text smaller than the page's, and without what the tiles already say (each table's text:
+        every slot shows its word) or what the room need not read (the legend).
+        """
         if self.state is None:
             return render.error_box(self.error)
         copies = [Copy(**copy) for copy in self.copies]
@@ -188,10 +193,11 @@ class BlockTableView(display.ShowsItself, traitlets.HasTraits):
             self.colours,
             copies,
             self.columns,
-            compact=self.drawn_compact,
-            presentation=self.presentation,
+            compact=True if projector else self.drawn_compact,
+            presentation=projector or self.presentation,
+            show_legend=not projector,
             words={int(block): [tuple(labels) for labels in slots] for block, slots in self.words.items()},
-            texts=self.texts,
+            texts=None if projector else self.texts,
         )
 
     def to_html(self) -> str:

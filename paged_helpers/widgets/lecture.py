@@ -5,6 +5,7 @@
     lecture.story()             # fork and copy-on-write, step by step (Present for a projector)
     lecture.block_tables()      # ten sequences in one pool: every block table
     lecture.prefix_cache()      # ten requests sharing a system prompt: hits, misses, LRU order
+    lecture.free_play()         # the CowDemo, every button (Present for a projector)
 
 The classes come from the notebooks through ``load_from_notebook`` (never from this package,
 which holds no cache): ``PagedKVCache`` from 04, ``PrefixCache`` from 05 in the same folder if
@@ -37,6 +38,12 @@ from .story import Story
 COW_NOTEBOOK = "04_fork_and_copy_on_write"
 PREFIX_NOTEBOOK = "05_prefix_caching"
 NOTEBOOK_VARIABLE = "PH_DEMO_NOTEBOOK"
+# Free play's bounds. At 20 px type a 1280x720 projector holds 36 lines and a 1024x768 one is 51
+# em wide: the controls, the step's line, two rows of tiles and the tables fit when the pool has
+# 8 blocks (the largest prompt is then 32 tokens, every table at most 8 entries) and at most 4
+# sequences live (the story's A to D; four name chips fill one line of a tile). A small pool
+# also runs out within a few clicks, and "the pool is full" is a lesson of its own.
+FREE_PLAY = {"num_blocks": 8, "max_sequences": 4}
 # The instructor's notebooks, when this package is used from a checkout of the course.
 COURSE_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -53,9 +60,13 @@ class Lecture:
         """The default copy-on-write story on a tiny cache of the notebook's class."""
         return Story(self.PagedKVCache, source=self.notebook.name, **options)
 
-    def free_play(self) -> CowDemo:
-        """The copy-on-write demo with every button, in large type."""
-        return CowDemo(self.PagedKVCache, presentation=True)
+    def free_play(self, **options: Any) -> CowDemo:
+        """The copy-on-write demo with every button; Present puts it on a stage fitted to the screen.
+
+        Its bounds (``FREE_PLAY``, overridden by ``options``) are what a projector holds at 20 px
+        at every step, whatever the instructor clicks (tests/test_browser_projector.py).
+        """
+        return CowDemo(self.PagedKVCache, **{**FREE_PLAY, **options})
 
     def block_tables(self, sequences: int = 10, seed: int = 0) -> BlockTableView:
         """A 64-block pool holding ``sequences`` sequences: prompts, forks and copied blocks."""

@@ -113,31 +113,32 @@ def block_tile(
 ) -> str:
     """One physical block: number, refcount, holders, fill, its slots' words if known, what is special."""
     classes = ["ph-block"]
-    notes = []
+    notes: list[tuple[str, str]] = []  # (kind, text)
     border = f"1px solid {palette.BORDER}"
     if block.free and block.refs == 0:
         classes.append("ph-free")
         border = f"1px dashed {palette.BORDER}"
-        notes.append("free")
+        notes.append(("free", "free"))
     if block.shared:
         classes.append("ph-shared")
         border = f"3px solid {palette.TEXT}"
-        notes.append(f"shared by {block.refs}")
+        notes.append(("shared", f"shared by {block.refs}"))
     if block.cached_only:
         classes.append("ph-cached-only")
-        notes.append("cached only")
+        notes.append(("cached-only", "cached only"))
     if copied_from is not None:
         classes.append("ph-copy")
         border = f"4px double {palette.TEXT}"
-        notes.insert(0, f"copy of {copied_from}")
+        notes.insert(0, ("copy", f"copy of {copied_from}"))
     if block.problem:
         classes.append("ph-problem")
         border = f"3px solid {palette.WARNING}"
-        notes.append(f"\u26a0 {block.problem}")
+        notes.append(("problem", f"\u26a0 {block.problem}"))
     copy_attr = f' data-copy-of="{copied_from}"' if copied_from is not None else ""
     muted = f"color:{palette.MUTED_TEXT};" if "ph-free" in classes else ""
-    note_html = "<br>".join(escape(n) for n in notes) or "&nbsp;"
-    # Presentation tiles are a little wider: four name chips fit on one line.
+    # One line per note, each with its kind (a projector's dense tile leaves "shared by N" to the border and ref N).
+    note_html = "".join(f'<div class="ph-note-{kind}">{escape(text)}</div>' for kind, text in notes) or "&nbsp;"
+    # Presentation tiles are a little wider, for their larger name chips.
     width = "8.4em" if presentation else "7.2em"
     return (
         f'<div class="{" ".join(classes)}" data-block="{block.index}" data-refs="{block.refs}"{copy_attr} '

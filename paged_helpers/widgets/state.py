@@ -12,7 +12,7 @@ becomes a ``problem`` on the block, shown in the picture, never an exception):
   * a block's refcount is never below the number of table entries (and prefix-cache entries)
     pointing at it; more than that means someone else holds it ("other holders");
   * a block is on the free list exactly when its refcount is 0, and at most once (the pool's own
-    invariant, read by ``paged_helpers.checks.reading.pool_invariant`` for the checks and the widgets alike).
+    invariant, ``paged_helpers.pool_invariant``, for the checks and the widgets alike).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks.reading.pool_invariant import PoolReading
+from ..pool_invariant import PoolReading
 from ..prefix_interface import cached_entries
 
 

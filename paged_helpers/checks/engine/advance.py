@@ -31,10 +31,11 @@ import torch
 
 from ...serving import Sequence, sample_seed, sample_token
 from ..reading.calls import call_learner
-from ..reading.pool_accounts import ceil_div
+from ..reading.ledger import ceil_div
 from ..reading.strict import learner_int
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check, run_hidden_scenarios
+from ..speaking.hidden import redraw_until, run_hidden_scenarios
 from . import rules
 from .stages import BLOCK_SIZE, NOTEBOOK, PARTNERS, _engine, _place, _tokens
 
@@ -129,10 +130,7 @@ class Step:
         kinds = [*KINDS, *(rng.choice(KINDS) for _ in range(EXTRA_CHUNKS))]
         rng.shuffle(kinds)
         chunks = tuple(_chunk(rng, kind, index) for index, kind in enumerate(kinds))
-        while True:
-            step = cls("", chunks, rng.getrandbits(31))
-            if step.telling():
-                return step
+        return redraw_until(lambda: cls("", chunks, rng.getrandbits(31)), cls.telling)
 
     def logits(self) -> dict[str, torch.Tensor]:
         """The step's logits, one seeded random vector per chunk."""

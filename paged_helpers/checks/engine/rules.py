@@ -39,8 +39,7 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-from ...learner_view.prefetch import prefetch
-from ...learner_view.remote import plain
+from ..reading.learner_code import plain, read_ahead
 from ..reading.strict import (
     learner_bool,
     learner_dict,
@@ -80,7 +79,7 @@ def _ints(value: Any, what: Callable[[], str], scenario: str) -> list[int]:
 
 # What the rules read of an engine after each of its phases: its parts, their bookkeeping, and the
 # fields of every running and waiting sequence. ``read_engine_ahead`` asks for all of it in one
-# request where the engine lives in the learner's process (``learner_view.prefetch``); each read
+# request where the engine lives in the learner's process (``learner_code.read_ahead``); each read
 # then goes through the strict readers as before. In one process it does nothing.
 ENGINE_READS = (
     "running",
@@ -110,7 +109,7 @@ ENGINE_READS = (
 def read_engine_ahead(engine) -> None:
     """The engine's state as ``ENGINE_READS`` names it, in one request (none when read since the
     learner last ran, or when the engine lives in this process)."""
-    prefetch(engine, names=ENGINE_READS, follow=("running", "waiting"))
+    read_ahead(engine, names=ENGINE_READS, follow=("running", "waiting"))
 
 
 def _key(value: Any, what: Callable[[], str], scenario: str) -> Any:

@@ -29,14 +29,14 @@ import functools
 import random
 from dataclasses import dataclass, replace
 
-from ...learner_view.access import transfer
-from ...learner_view.remote import is_remote, remote_type
 from ...serving import Sequence, sample_seed
 from ..reading.calls import call_learner
-from ..reading.pool_accounts import ceil_div
+from ..reading.learner_code import class_name, transfer
+from ..reading.ledger import ceil_div
 from ..reading.strict import learner_int, learner_list
+from ..registry import check
 from ..speaking.failure import CheckFailed, fail
-from ..speaking.report import check, run_hidden_scenarios
+from ..speaking.hidden import redraw_until, run_hidden_scenarios
 from . import rules
 from .watch import Refused, Watch, build
 
@@ -166,7 +166,7 @@ def _expect_accepted(engine, scenario: str, request_id: str, prompt, max_new, n=
     # By name, not isinstance: while grading, the checks run from a fresh copy of paged_helpers, so
     # the learner's Sequence (imported before) is an equal class, but not the same object.
     # The name as the type holds it (type's own descriptor: a metaclass of the learner's cannot answer).
-    name = remote_type(seq) if is_remote(seq) else type.__dict__["__name__"].__get__(type(seq))
+    name = class_name(seq)
     if type(name) is str and name == Sequence.__name__:
         got = rules.fields(seq, expected, scenario)
     else:  # never compared: an object of the learner's could say it equals the expected fields
@@ -267,16 +267,21 @@ class Queue:
     def draw(cls, rng: random.Random) -> Queue:
         """A queue of ``QUEUE_REQUESTS`` requests whose answer is the same whether the spare 1% is rounded
         down or up, in which some admission needs eviction and some request is left waiting (every 31-bit
-        seed finds one)."""
-        while True:
-            cached = rng.randint(2, 5)
-            shared = rng.randint(1, cached - 1)
-            kinds = [True] + [rng.random() < 0.5 for _ in range(QUEUE_REQUESTS - 1)]
-            requests = tuple((f"r{i}", shares, rng.randint(1, 6 * BLOCK_SIZE)) for i, shares in enumerate(kinds))
-            queue = cls(rng.randint(8, 40), cached, shared, requests)
-            answers = {queue.expected(spare) for spare in (0, 1)}
-            if len(answers) == 1 and queue.interesting() and queue.each_fits():
-                return queue
+        seed finds one, in a few dozen draws on average)."""
+        return redraw_until(functools.partial(cls._draw, rng), cls.telling)
+
+    @classmethod
+    def _draw(cls, rng: random.Random) -> Queue:
+        cached = rng.randint(2, 5)
+        shared = rng.randint(1, cached - 1)
+        kinds = [True] + [rng.random() < 0.5 for _ in range(QUEUE_REQUESTS - 1)]
+        requests = tuple((f"r{i}", shares, rng.randint(1, 6 * BLOCK_SIZE)) for i, shares in enumerate(kinds))
+        return cls(rng.randint(8, 40), cached, shared, requests)
+
+    def telling(self) -> bool:
+        """One answer whichever way the spare is rounded, the classic mistakes answering otherwise
+        (``interesting``), and every request accepted by add_request."""
+        return len({self.expected(spare) for spare in (0, 1)}) == 1 and self.interesting() and self.each_fits()
 
     def each_fits(self) -> bool:
         """add_request accepts every request: each fits the pool alone."""
@@ -494,10 +499,11 @@ class Batch:
     def draw(cls, rng: random.Random) -> Batch:
         """A batch of ``BATCH_SEQUENCES`` holding every kind of sequence, on which each classic planning
         mistake plans otherwise (``telling``)."""
-        while True:
-            batch = cls._draw(rng)
-            if batch.telling() and {kind for kind, _, _ in batch.sequences} == {"decode", "prefill", "back"}:
-                return batch
+        every_kind = {"decode", "prefill", "back"}
+        return redraw_until(
+            functools.partial(cls._draw, rng),
+            lambda batch: batch.telling() and {kind for kind, _, _ in batch.sequences} == every_kind,
+        )
 
     @classmethod
     def _draw(cls, rng: random.Random) -> Batch:
@@ -636,14 +642,20 @@ class Pool:
         """A pool drawn with its ``POOL_SEQUENCES`` sequences, whose plan needs at least one new block;
         ``want``: "room" (every chunk fits), "evict" (eviction is enough), "preempt" (someone preempted),
         or "" (anything)."""
-        while True:
-            pool = cls._draw(rng)
-            victims, demand = pool.victims(), sum(pool.demand(entry) for entry in pool.placed)
-            short = demand > pool.num_blocks - pool.used()
-            outcome = "preempt" if victims else "evict" if short else "room"
-            if demand and (not want or outcome == want):
-                # Someone waits behind a preemption: the victim must go in front of it.
-                return replace(pool, waiting=True) if want == "preempt" else pool
+        pool = redraw_until(
+            functools.partial(cls._draw, rng),
+            lambda pool: pool.needs_a_block() and (not want or pool.outcome() == want),
+        )
+        # Someone waits behind a preemption: the victim must go in front of it.
+        return replace(pool, waiting=True) if want == "preempt" else pool
+
+    def needs_a_block(self) -> bool:
+        return sum(self.demand(entry) for entry in self.placed) > 0
+
+    def outcome(self) -> str:
+        """What the plan makes the engine do: preempt someone, evict (enough), or nothing (room)."""
+        short = sum(self.demand(entry) for entry in self.placed) > self.num_blocks - self.used()
+        return "preempt" if self.victims() else "evict" if short else "room"
 
     def used(self) -> int:
         return sum(ceil_div(self.computed(entry), BLOCK_SIZE) for entry in self.placed) + self.cached_blocks
@@ -956,9 +968,12 @@ class FinishOrder:
         by index."""
         n = 6
         order = list(range(n))
-        while order == sorted(order):
+
+        def shuffled() -> tuple[int, ...]:
             rng.shuffle(order)
-        return cls(n, tuple(order), rng.randint(1, 4))
+            return tuple(order)
+
+        return cls(n, redraw_until(shuffled, lambda drawn: list(drawn) != sorted(drawn)), rng.randint(1, 4))
 
     def run(self, classes) -> None:
         n, max_new, order = self.n, self.max_new, self.order

@@ -12,7 +12,9 @@ classes that change nothing but observe:
     whose block a running sequence holds dropped in a phase (by evict or by the engine's own code).
 
 A ``Watch`` belongs to one scenario; the engine's ``step()`` (the notebook's, unchanged) calls
-the watched phases in order.
+the watched phases in order. Each hook applies its rules inside ``blame.blamed(...)``, naming the
+stages whose methods could break them (``check_engine`` asks those stages' own checks before it
+fails the whole engine on them); outside ``check_engine`` nothing is recorded.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from collections import Counter
 from typing import Any
 
 from ...checkpoint import tiny_qwen3
-from ...learner_view.subclass import subclass
 from ..reading.calls import call_learner
+from ..reading.learner_code import subclass
 from ..reading.strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
 from ..speaking.failure import CheckFailed, fail
 from . import rules
+from .blame import ADMISSION, ADVANCE, FORK, FORWARD, PLAN, RESERVE, blamed
 
 
 @functools.cache
@@ -73,6 +76,7 @@ class Watch:
     def __init__(self, scenario: str) -> None:
         self.scenario = scenario
         self.step = 0
+        self.unit = "step"  # what ``step`` counts, in messages ("plan": a check that calls _forward itself)
         self.worked_on: set[str] = set()  # sequences written to since their creation
         self.readmitted: Counter[str] = Counter()  # seq_id -> times created again after a preemption
         self.preempted: set[str] = set()
@@ -89,7 +93,7 @@ class Watch:
         self.failure: CheckFailed | None = None  # the first failure, kept should the learner's code catch it
 
     def where(self) -> str:
-        return f"{self.scenario}, step {self.step}"
+        return f"{self.scenario}, {self.unit} {self.step}"
 
 
 def _expect_own_parts(engine, watch: Watch) -> None:
@@ -141,13 +145,15 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             seq = learner_key(seq, "the seq_id given to cache.create", watch.where())
             tables = rules.tables(self, watch.where())
             if seq in tables:
-                fail(
-                    f"{watch.where()}: creating sequence {seq!r}",
-                    f"{seq!r} absent from the cache (never created, or freed since)",
-                    f"{seq!r} still holds {len(tables[seq])} block(s)",
-                    "every way out of the running batch gives the blocks back with cache.free(seq_id): "
-                    "finishing, being preempted, and an admission undone for lack of room",
-                )
+                # Who left it there: an undone admission, _preempt, _finish (called by _advance), or a second fork.
+                with blamed(ADMISSION, RESERVE, FORK, ADVANCE):
+                    fail(
+                        f"{watch.where()}: creating sequence {seq!r}",
+                        f"{seq!r} absent from the cache (never created, or freed since)",
+                        f"{seq!r} still holds {len(tables[seq])} block(s)",
+                        "every way out of the running batch gives the blocks back with cache.free(seq_id): "
+                        "finishing, being preempted, and an admission undone for lack of room",
+                    )
             if seq in watch.preempted:
                 watch.readmitted[seq] += 1
                 watch.preempted.discard(seq)
@@ -194,63 +200,74 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
                 watch.reservation.evictions_asked.append(blocks_wanted)
             refs = rules.pool_refs(self.cache, watch.where())
             result = base(blocks_wanted)
-            rules.expect_eviction(watch.where(), self.cache, refs)
+            with blamed():  # notebook 05's evict: no stage of this notebook runs it
+                rules.expect_eviction(watch.where(), self.cache, refs)
             return result
 
     class WatchedEngine:
         def add_request(self, base, *args, **kwargs):
-            try:
-                return base(*args, **kwargs)
-            except ValueError as error:
-                raise Refused(str(error)) from error
+            with blamed(ADMISSION):
+                try:
+                    return base(*args, **kwargs)
+                except ValueError as error:
+                    raise Refused(str(error)) from error
 
         def step(self, base):
             watch.engine = self
             watch.phases, watch.kept = [], None
             watch.step_writes.clear()
-            _expect_own_parts(self, watch)
+            with blamed():  # the engine's parts, given to its constructor
+                _expect_own_parts(self, watch)
             held = rules.PrefixHeld.of(self, watch.where())
-            # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
-            finished = rules.step_outputs(base(), watch.where())
-            _expect_own_parts(self, watch)
-            held.expect_kept(watch.where(), self, "during step()")
+            # What escapes step() and no phase's hook claimed: _forward (tested alone in check_engine's
+            # batching part), _advance, and the _fork_samples and _finish it calls.
+            with blamed(FORWARD, ADVANCE, FORK):
+                # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
+                finished = rules.step_outputs(base(), watch.where())
+            with blamed():
+                _expect_own_parts(self, watch)
+            with blamed(ADVANCE, FORK):
+                held.expect_kept(watch.where(), self, "during step()")
             _expect_step(self, watch)
             watch.step += 1
             return finished
 
         def _admit(self, base):
-            _expect_own_parts(self, watch)
-            before = rules.Before.of(self, watch.where())
-            held = rules.PrefixHeld.of(self, watch.where())
-            watch.phases.append("_admit")
-            result = base()
-            held.expect_kept(watch.where(), self, "during _admit")
-            rules.expect_admission(watch.where(), before, self)
-            return result
+            with blamed(ADMISSION):
+                _expect_own_parts(self, watch)
+                before = rules.Before.of(self, watch.where())
+                held = rules.PrefixHeld.of(self, watch.where())
+                watch.phases.append("_admit")
+                result = base()
+                held.expect_kept(watch.where(), self, "during _admit")
+                rules.expect_admission(watch.where(), before, self)
+                return result
 
         def _plan(self, base):
-            _expect_own_parts(self, watch)
-            watch.phases.append("_plan")
-            state = rules.PlanState.of(self, watch.where())
-            plan = base()
-            state.expect_unchanged(watch.where(), self, plan)
-            rules.expect_plan(watch.where(), self, plan)
-            return plan
+            with blamed(PLAN):
+                _expect_own_parts(self, watch)
+                watch.phases.append("_plan")
+                state = rules.PlanState.of(self, watch.where())
+                plan = base()
+                state.expect_unchanged(watch.where(), self, plan)
+                rules.expect_plan(watch.where(), self, plan)
+                return plan
 
         def _reserve(self, base, plan):
-            _expect_own_parts(self, watch)
-            watch.phases.append("_reserve")
-            watch.reservation = rules.Reservation(self, plan, watch.where())
-            held = rules.PrefixHeld.of(self, watch.where())
-            try:
-                kept = base(plan)
-            finally:
-                reservation, watch.reservation = watch.reservation, None
-            held.expect_kept(watch.where(), self, "during _reserve")
-            kept = rules.plan_of(kept, "what _reserve returned", watch.where())
-            reservation.expect_outcome(watch.where(), self, kept)
-            watch.kept = kept
-            return kept
+            with blamed(RESERVE, ADMISSION):  # _reserve and _preempt, and the _make_room they call
+                _expect_own_parts(self, watch)
+                watch.phases.append("_reserve")
+                watch.reservation = rules.Reservation(self, plan, watch.where())
+                held = rules.PrefixHeld.of(self, watch.where())
+                try:
+                    kept = base(plan)
+                finally:
+                    reservation, watch.reservation = watch.reservation, None
+                held.expect_kept(watch.where(), self, "during _reserve")
+                kept = rules.plan_of(kept, "what _reserve returned", watch.where())
+                reservation.expect_outcome(watch.where(), self, kept)
+                watch.kept = kept
+                return kept
 
     def made(hooks: type, learner: Any) -> Any:
         methods = {name: _kept_failure(watch, method) for name, method in vars(hooks).items()}
@@ -262,7 +279,7 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
 def _expect_step(engine, watch: Watch) -> None:
     """After a step: it ran the notebook's phases, computed what it kept, and samples own their outputs."""
     if watch.phases != ["_admit", "_plan", "_reserve"]:
-        fail(
+        _whole_engine_fails(
             f"{watch.where()}: the phases of step()",
             "step() calls self._admit(), self._plan(), self._reserve(plan), in that order, once each",
             f"called {watch.phases}",
@@ -271,24 +288,43 @@ def _expect_step(engine, watch: Watch) -> None:
     planned = {rules.seq_id(seq, watch.where()): count for seq, count in watch.kept}
     computed = dict(watch.step_writes)
     if computed != planned:
-        fail(
-            f"{watch.where()}: the forward pass",
-            f"exactly the chunks _reserve kept: {planned}",
-            f"tokens computed per sequence: {computed}",
-            "_forward runs every kept (seq, count) chunk once, and nothing else",
-        )
+        with blamed(FORWARD):
+            fail(
+                f"{watch.where()}: the forward pass",
+                f"exactly the chunks _reserve kept: {planned}",
+                f"tokens computed per sequence: {computed}",
+                "_forward runs every kept (seq, count) chunk once, and nothing else",
+            )
+    running = rules.queue(engine, "running", watch.where())
+    done = [rules.seq_id(seq, watch.where()) for seq in running if rules.finished(seq, watch.where())]
+    if done:
+        with blamed(ADVANCE, FORK):
+            fail(
+                f"{watch.where()}: after the step, {done} still running",
+                "every sample that reached its max_new_tokens finished: freed and out of `running`",
+                f"{done} in `running` with all their output tokens",
+                "in _advance, after appending a token: if sample.is_finished, self._finish(sample, finished), "
+                "which frees the sample and removes it from `running`",
+            )
     outputs: dict[int, str] = {}
-    for seq in rules.queue(engine, "running", watch.where()):
+    for seq in running:
         sid = rules.seq_id(seq, watch.where())
         other = outputs.setdefault(id(seq.output), sid)
         if other != sid:
-            fail(
-                f"{watch.where()}: samples {other!r} and {sid!r}",
-                "each sample with its own output list",
-                "one list object shared by both: a token appended to one appears in the other",
-                "a fork is a new Sequence whose output starts as a copy of the parent's (list(...)); "
-                "copy.copy(seq) copies the object but shares its lists",
-            )
+            with blamed(FORK):
+                fail(
+                    f"{watch.where()}: samples {other!r} and {sid!r}",
+                    "each sample with its own output list",
+                    "one list object shared by both: a token appended to one appears in the other",
+                    "a fork is a new Sequence whose output starts as a copy of the parent's (list(...)); "
+                    "copy.copy(seq) copies the object but shares its lists",
+                )
+
+
+def _whole_engine_fails(scenario: str, expected, got, hint: str) -> None:
+    """``fail``, for a rule of step() itself or of _forward: methods no stage check runs."""
+    with blamed():
+        fail(scenario, expected, got, hint)
 
 
 def _verify_write(cache, positions, watch: Watch) -> None:
@@ -298,6 +334,15 @@ def _verify_write(cache, positions, watch: Watch) -> None:
     positions = learner_tensor(positions, "the positions given to the model", where)
     with torch_unhooked():
         rows = (positions.expand(len(batch), -1) if positions.ndim == 1 else positions).tolist()
+    if len(rows) != len(batch):
+        with blamed(FORWARD):
+            fail(
+                f"{where}: a forward pass of {len(rows)} row(s)",
+                f"one row per sequence set_batch named: {batch}",
+                f"{len(rows)} row(s) of positions for {len(batch)} sequence(s)",
+                "before each model call, cache.set_batch(the seq_ids of exactly that call's rows, in row order): "
+                "one call per group of chunks of equal length",
+            )
     size = learner_int(cache.block_size, "cache.block_size", where)
     tables, lengths, refs = rules.tables(cache, where), rules.lengths(cache, where), rules.pool_refs(cache, where)
     for row, seq in enumerate(batch):
@@ -311,34 +356,40 @@ def _verify_write(cache, positions, watch: Watch) -> None:
                 if watch.readmitted[seq]
                 else ""
             )
-            fail(
-                f"{watch.where()}: a forward pass wrote sequence {seq!r} at positions {_span(written)}",
-                f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
-                f"chunk starts at position {cached}",
-                f"positions {_span(written)}",
-                "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
-                f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
-            )
+            # _forward's positions come from num_cached, which _admit, _advance, _preempt and _fork_samples set
+            # (a sample starts at its parent's).
+            with blamed(FORWARD, ADMISSION, ADVANCE, RESERVE, FORK):
+                fail(
+                    f"{watch.where()}: a forward pass wrote sequence {seq!r} at positions {_span(written)}",
+                    f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
+                    f"chunk starts at position {cached}",
+                    f"positions {_span(written)}",
+                    "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
+                    f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
+                )
         table = tables[seq]
         if (written[-1] // size) >= len(table):
-            fail(
-                f"{watch.where()}: a forward pass wrote sequence {seq!r} up to position {written[-1]}",
-                f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
-                f"{len(table)} block(s) (room for {len(table) * size} tokens)",
-                "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
-                "writes happen inside the forward pass, where running out of blocks can no longer be "
-                "handled",
-            )
+            with blamed(RESERVE, FORWARD):  # a chunk not reserved, or one _forward ran longer than planned
+                fail(
+                    f"{watch.where()}: a forward pass wrote sequence {seq!r} up to position {written[-1]}",
+                    f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
+                    f"{len(table)} block(s) (room for {len(table) * size} tokens)",
+                    "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
+                    "writes happen inside the forward pass, where running out of blocks can no longer be "
+                    "handled",
+                )
         for position in written:
             block = table[position // size]
             if refs[block] > 1:
-                fail(
-                    f"{watch.where()}: a forward pass wrote sequence {seq!r} at position {position} into block {block}",
-                    "a block this sequence owns alone (reserve copies a shared block before a write)",
-                    f"block {block} with reference count {refs[block]}",
-                    "reserve every planned chunk before the forward pass; after a fork, reserve is what "
-                    "copies the shared last block (copy-on-write)",
-                )
+                with blamed(RESERVE, FORK):
+                    fail(
+                        f"{watch.where()}: a forward pass wrote sequence {seq!r} at position {position} into "
+                        f"block {block}",
+                        "a block this sequence owns alone (reserve copies a shared block before a write)",
+                        f"block {block} with reference count {refs[block]}",
+                        "reserve every planned chunk before the forward pass; after a fork, reserve is what "
+                        "copies the shared last block (copy-on-write)",
+                    )
             watch.writes[(seq, position)] += 1
         watch.step_writes[seq] += len(written)
         watch.worked_on.add(seq)

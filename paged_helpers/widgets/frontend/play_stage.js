@@ -1,8 +1,12 @@
 // PlayStage: a "Present" button that puts the free-play demo around it (.ph-cow-demo-widget)
 // on a stage over the whole window, its type fitted like the story's (fitText: the largest size
-// in [MIN_FONT_PX, MAX_FONT_PX] at which everything fits, refitted after every step and resize).
-// Esc, or the button (now "Leave"), puts the demo back where it was in the notebook.
-function render({ el }) {
+// in [MIN_FONT_PX, MAX_FONT_PX] at which everything fits, refitted after every step and resize;
+// below MIN_FONT_PX only for a demo larger than the lecture's bounds, never cut off).
+// Esc, or the button (now "Leave"), puts the demo back where it was in the notebook. The model's
+// "staged" tells the kernel, which then draws the picture for a projector (compact pool).
+const STAGE_LAYOUTS = ["below", "beside-4", "beside-5", "beside-6"];
+
+function render({ model, el }) {
   el.classList.add("ph-play-stage");
   const present = document.createElement("button");
   present.className = "ph-play-present jupyter-widgets jupyter-button widget-button";
@@ -10,7 +14,29 @@ function render({ el }) {
   present.title = "Full window for a projector (Esc leaves)";
   el.append(present);
   let staged = null; // {box, style, observer} while presenting
-  const fit = () => staged && fitText(staged.box, staged.box);
+  // Each layout (the tables under the pool, or beside a pool N tiles wide; the demo's style sheet
+  // draws them) is fitted in turn, and the one with the largest type wins: a wide, short window
+  // takes the tables beside the pool, a squarer one under it. Only if none fits at MIN_FONT_PX,
+  // the dense tiles (no fill bar where the words show the slots, no "shared by N") are tried too.
+  const fit = () => {
+    if (!staged) return;
+    const { box } = staged;
+    let best = null;
+    for (const dense of [false, true]) {
+      if (best && best.size >= MIN_FONT_PX) break;
+      if (dense) box.dataset.dense = "";
+      for (const layout of STAGE_LAYOUTS) {
+        box.dataset.layout = layout;
+        const size = fitText(box, box, LAST_RESORT_FONT_PX);
+        if (!best || size > best.size) best = { layout, size, dense };
+      }
+    }
+    if (!best.dense) delete box.dataset.dense;
+    box.dataset.layout = best.layout;
+    fitText(box, box, LAST_RESORT_FONT_PX);
+    box.scrollTop = 0; // a stage never scrolls: what an earlier, larger frame scrolled, back
+    box.scrollLeft = 0;
+  };
   const onKey = (event) => {
     if (keyAction(event) !== "leave") return;
     event.preventDefault();
@@ -28,7 +54,18 @@ function render({ el }) {
     if (style === null) box.removeAttribute("style");
     else box.setAttribute("style", style);
     delete box.dataset.fontPx;
+    delete box.dataset.layout;
+    delete box.dataset.dense;
     present.textContent = "Present";
+    tell(false);
+  };
+  const tell = (on) => {
+    try {
+      model.set("staged", on);
+      model.save_changes();
+    } catch (error) {
+      // no kernel: the stage still works, with the notebook's picture
+    }
   };
   const open = () => {
     const box = el.closest(".ph-cow-demo-widget");
@@ -54,6 +91,7 @@ function render({ el }) {
     // Each step replaces the picture's HTML (childList) or a label (characterData): refit then.
     staged.observer.observe(box, { subtree: true, childList: true, characterData: true });
     fit();
+    tell(true);
   };
   present.addEventListener("click", () => (staged ? leave() : open()));
   addEventListener("resize", fit);

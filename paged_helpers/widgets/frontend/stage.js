@@ -4,6 +4,9 @@
 
 const MIN_FONT_PX = 20; // the smallest text a projector audience is asked to read
 const MAX_FONT_PX = 40;
+// Below MIN_FONT_PX only as a last resort, for content larger than a demo's bounds allow
+// (a CowDemo on a larger pool than the lecture's): smaller type, but nothing cut off.
+const LAST_RESORT_FONT_PX = 10;
 const NEXT_KEYS = ["PageDown", "ArrowRight", "ArrowDown", " ", "Enter"];
 const BACK_KEYS = ["PageUp", "ArrowLeft", "ArrowUp", "Backspace"];
 const KERNEL_GONE =
@@ -43,16 +46,19 @@ function styleContent(node) {
   Object.assign(node.style, { boxSizing: "border-box", padding: "0.5em 0.8em", width: "100%" });
 }
 
-// The largest whole-pixel font size in [MIN_FONT_PX, MAX_FONT_PX] at which `content` fits
-// inside `stage` (no vertical or horizontal overflow); MIN_FONT_PX if even that overflows.
-function fitText(stage, content) {
+// The largest whole-pixel font size in [lowest, MAX_FONT_PX] at which `content` fits inside
+// `stage` (no vertical or horizontal overflow); `lowest` if even that overflows.
+function fitText(stage, content, lowest = MIN_FONT_PX) {
   const fits = (size) => {
     content.style.fontSize = `${size}px`;
     return content.scrollHeight <= stage.clientHeight && content.scrollWidth <= stage.clientWidth;
   };
-  let low = MIN_FONT_PX;
+  let low = lowest;
   let high = MAX_FONT_PX;
-  if (!fits(low)) return low;
+  if (!fits(low)) {
+    content.dataset.fontPx = String(low);
+    return low;
+  }
   while (low < high) {
     const middle = Math.ceil((low + high) / 2);
     if (fits(middle)) low = middle;
