@@ -20,7 +20,7 @@ an instructor runs):
    what the smallest notebook takes), so compare the notebooks with each other.
 
 The parallel run needs a PostgreSQL gradebook: the benchmark starts a throwaway server
-(``paged_grading.pgserver``) and uses it for every run; without PostgreSQL it uses SQLite and
+(``paged_grading.administration.throwaway_postgres``) and uses it for every run; without PostgreSQL it uses SQLite and
 skips the parallel run, saying why. Grading kernels import a private copy of the installed
 ``paged_helpers``. Prints one line per run (wall-clock seconds, CPU seconds of every process the
 run started, sandboxes included, and the load average before and after: others may share the
@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 import course  # autograde/course.py, beside this script (run as a script, its folder is on sys.path)
-from paged_grading import pgserver, report
-from paged_grading.guard import PACKAGE, installed_package_dir
+from paged_grading.administration import class_report, throwaway_postgres
+from paged_grading.sandbox.package_copies import PACKAGE, installed_package_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,7 +121,7 @@ class Course:
         shutil.rmtree(self.root / "autograded", ignore_errors=True)
 
     def score(self) -> tuple[float, float]:
-        rows = report.autograded_scores(self.db_url)
+        rows = class_report.autograded_scores(self.db_url)
         return sum(r.score for r in rows), sum(r.max_score for r in rows)
 
 
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
     summary: dict = {"assignments": len(assignments), "cpu_count": os.cpu_count(), "target_s": TARGET_S}
-    why_not = pgserver.unavailable_reason()
+    why_not = throwaway_postgres.unavailable_reason()
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="grading-benchmark-") as scratch:
-        server = None if why_not else stack.enter_context(pgserver.ThrowawayPostgres())
+        server = None if why_not else stack.enter_context(throwaway_postgres.ThrowawayPostgres())
         scratch = Path(scratch)
         site = scratch / "site"
         private_package_copy(site)
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             for assignment in assignments:
                 grading.clear_grades()
                 seconds = grading.run("grade", assignment, "--student", "one")
-                rows = [r for r in report.autograded_scores(grading.db_url) if r.assignment == assignment]
+                rows = [r for r in class_report.autograded_scores(grading.db_url) if r.assignment == assignment]
                 score, maximum = sum(r.score for r in rows), sum(r.max_score for r in rows)
                 summary["per_notebook"][assignment] = {"seconds": seconds, "cpu_seconds": grading.cpu_s}
                 print(f"  {assignment:28} {seconds:8.1f} {grading.cpu_s:8.1f}  {score:g}/{maximum:g}")

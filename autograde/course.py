@@ -33,7 +33,10 @@ from typing import TextIO
 
 # The light modules; those that import nbgrader or nbformat (seconds) are imported by the commands
 # that use them, so that every other command starts at once.
-from paged_grading import collect, course_files, coursedb, feedback_files, integrity, sandbox, workspace
+from paged_grading import integrity
+from paged_grading.administration import collect, course_files, feedback_files, gradebook, workspace
+from paged_grading.clean_run.secret_seeds import secret_seed
+from paged_grading.sandbox import bubblewrap
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -134,7 +137,7 @@ def cmd_workspace(args) -> int:
 
 def cmd_publish(args) -> int:
     """An assignment's solution, for the later notebooks that build on it (after its deadline)."""
-    from paged_grading import publish
+    from paged_grading.administration import publish
 
     assignments = _chosen(args.assignments, course_notebooks(args.notebooks))
     for assignment in assignments:
@@ -145,7 +148,7 @@ def cmd_publish(args) -> int:
 
 
 def cmd_check_release(args) -> int:
-    from paged_grading import release_check
+    from paged_grading.administration import release_check
 
     released = sorted(p.name for p in (args.root / "release").iterdir() if p.is_dir())
     assignments = _chosen(args.assignments, released)
@@ -289,14 +292,15 @@ def _grade_in_parallel(
     args, files: course_files.CourseFiles, students: list[str], assignments: list[str], whole_course: bool
 ) -> list[str]:
     """``--jobs N``: N nbgrader processes at a time, one student each, into one server gradebook."""
-    url = coursedb.db_url(args.root)
-    if not coursedb.allows_concurrent_writers(url):
+    url = gradebook.db_url(args.root)
+    if not gradebook.allows_concurrent_writers(url):
         raise SystemExit(
-            f"--jobs {args.jobs} needs a gradebook that takes concurrent writers, and {coursedb.shown(url)} is SQLite. "
+            f"--jobs {args.jobs} needs a gradebook that takes concurrent writers, "
+            f"and {gradebook.shown(url)} is SQLite. "
             'Set c.CourseDirectory.db_url = "postgresql://USER@HOST/DB" in nbgrader_config.py '
             "(see autograde/README.md), or grade with --jobs 1."
         )
-    print(f"grading {len(students)} student(s) with {args.jobs} workers into {coursedb.shown(url)}", flush=True)
+    print(f"grading {len(students)} student(s) with {args.jobs} workers into {gradebook.shown(url)}", flush=True)
     # Fewer students than workers (one submission, a resubmission): each student's notebooks are
     # split between workers; the notebooks read each other's submissions, never their grades, so
     # they need no order. A class is split by student (one nbgrader start-up per student).
@@ -321,9 +325,7 @@ def _grade_in_parallel(
 
 
 def second_opinion_key(root: Path) -> None:
-    """The course's key for the second opinion's secret seeds (see second_opinion.secret_seed)."""
-    from paged_grading.second_opinion import secret_seed
-
+    """The course's key for the second opinion's secret seeds (see clean_run.secret_seeds)."""
     secret_seed(root, "course.py")
 
 
@@ -387,7 +389,7 @@ ONE_THREAD_EACH = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 def cmd_grade(args) -> int:
     for name in ONE_THREAD_EACH:
         os.environ.setdefault(name, "1")  # before any process of the grade starts: they inherit it
-    sandbox.configure(unsafe=args.no_sandbox_UNSAFE)
+    bubblewrap.configure(unsafe=args.no_sandbox_UNSAFE)
     files = _course_files(args.root)
     remove_links_from_submissions(args.root)
     released = _released(args.root)
@@ -462,26 +464,26 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from paged_grading import report
+    from paged_grading.administration import class_report
 
     out = args.root / "reports"
     out.mkdir(exist_ok=True)
     files = _course_files(args.root)
-    url = coursedb.db_url(args.root)
+    url = gradebook.db_url(args.root)
     nbgrader(args.root, "export", f"--to={out / 'grades.csv'}", files=files)
     students, assignments = _students(args.root), _released(args.root)
     missing = ungraded(args.root, students, assignments)
     _report_ungraded(args.root, missing)
     status = {
-        (student, assignment): report.GRADED
+        (student, assignment): class_report.GRADED
         for student in students
         for assignment in assignments
         if (args.root / "autograded" / student / assignment / f"{assignment}.ipynb").exists()
     }
-    report.add_status(out / "grades.csv", {**status, **{key: report.NOT_GRADED for key in missing}})
-    paths = report.write_report(url, out)
-    rates = report.pass_rates(report.autograded_scores(url))
-    for line in report.pass_rate_lines(rates):
+    class_report.add_status(out / "grades.csv", {**status, **{key: class_report.NOT_GRADED for key in missing}})
+    paths = class_report.write_report(url, out)
+    rates = class_report.pass_rates(class_report.autograded_scores(url))
+    for line in class_report.pass_rate_lines(rates):
         print(line)
     findings = integrity.summary(args.root / integrity.LOG)
     if findings:
@@ -525,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shard", help="i/n: grade only the i-th of n equal slices of the class (one per machine)"
     )
     p.add_argument(
-        sandbox.UNSAFE_FLAG,
+        bubblewrap.UNSAFE_FLAG,
         action="store_true",
         help="run student code WITHOUT the bubblewrap sandbox (only for code you trust)",
     )

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "HOURS",
-    "NOT_CHECKED",
-    "POINTS_NOTE",
+    "COURSE_FACTS",
     "Deliverable",
+    "course_facts",
     "deliverables",
     "handout_markdown",
     "interfaces",
@@ -40,49 +39,28 @@ __all__ = [
 CELL_ID = "handout"
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
-# Written by hand: an honest range for a learner who knows PyTorch, reading included. The first
-# Triton notebooks (06, 07) take longer than their line counts suggest; the interpreter is slow.
-HOURS = {
-    "01_block_tables": "1 to 1.5 hours",
-    "02_block_allocator": "1 to 1.5 hours",
-    "03_paged_kv_cache": "2 to 3 hours",
-    "04_fork_and_copy_on_write": "2 to 3 hours",
-    "05_prefix_caching": "2 to 3 hours",
-    "06_triton_warmup": "3 to 4 hours",
-    "07_paged_decode_kernel": "2.5 to 4 hours",
-    "08_continuous_batching": "3 to 4.5 hours",
-    "09_paged_prefill_kernel": "2.5 to 4 hours",
-    "10_radix_cache": "3 to 4 hours",
-    "11_cache_tiers_and_routing": "3 to 4 hours",
-}
+# Written by hand, in each notebook's own metadata (``metadata.course``), so that a new notebook
+# brings its facts with it and nothing here lists notebooks:
+#   hours        an honest range for a learner who knows PyTorch, reading included (the first Triton
+#                notebooks, 06 and 07, take longer than their line counts suggest: the interpreter is slow)
+#   not_checked  only what the notebook's own prose says; the rows every notebook shares (written
+#                answers, optional exercises, cells the grader skips) are derived
+#   points_note  what a learner should know about how the points were set (CONTRIBUTING.md, "How
+#                points are set"), where the table alone would mislead
+COURSE_FACTS = ("hours", "not_checked", "points_note")
 
-# Written by hand, only what the notebook's own prose says; the rows every notebook shares (written
-# answers, optional exercises, cells the grader skips) are derived.
-NOT_CHECKED = {
-    "03_paged_kv_cache": "the kernel path (`paged`, given): the checks here run `update`, and notebook 09 the kernels",
-    "06_triton_warmup": "speed: the checks test what your kernels compute, never how fast",
-    "07_paged_decode_kernel": (
-        "speed (the benchmark is not graded); bfloat16, which a check runs only on a GPU (on a CPU: "
-        "float32 and one float16 scenario)"
-    ),
-    "09_paged_prefill_kernel": "speed: the checks test what your kernels compute, never how fast",
-    "11_cache_tiers_and_routing": (
-        "the order in which a full host drops its entries (any order that spares pinned slots passes), and the "
-        "measurements of parts 2 and 3 (a simulation with a stated cost model)"
-    ),
-}
 
-# Written by hand: what a learner should know about how a notebook's points were set (CONTRIBUTING.md,
-# "How points are set"), where the table alone would mislead.
-POINTS_NOTE = {
-    "08_continuous_batching": (
-        "each stage check scores its own methods; the four `check_engine` cells score what no stage check "
-        "can see: `_forward`, the one method no stage runs (`test_engine_batching`, 4 points), and the "
-        "whole engine serving workloads on the model through preemption, refusal and sampling (1 point "
-        "each), so a bug a stage check finds costs that stage's points and at most these few more"
-    ),
-    "11_cache_tiers_and_routing": "a stretch notebook: its points are capped at 8% of the course's",
-}
+def course_facts(path: str | Path) -> dict[str, str]:
+    """The notebook's hand-written facts (``metadata.course``); ``hours`` is required."""
+    facts = json.loads(Path(path).read_text(encoding="utf-8"))["metadata"].get("course", {})
+    unknown = sorted(set(facts) - set(COURSE_FACTS))
+    if "hours" not in facts or unknown:
+        raise ValueError(
+            f"{Path(path).name}: metadata.course needs 'hours' and may hold only {COURSE_FACTS}"
+            + (f"; unknown: {unknown}" if unknown else "")
+        )
+    return facts
+
 
 _CHECK_CALL = re.compile(r"\b(check_\w+)\(")
 _QUESTION = re.compile(r"^\*\*Q?(\d+)\.\*\*", re.M)
@@ -209,8 +187,9 @@ def handout_markdown(name: str, notebooks: str | Path = NOTEBOOKS) -> str:
         else:
             checks = ", ".join(f"`{check}`" for check in item.checks)
             lines.append(f"| `{item.grade_id}` | {_points(item.points)} | {checks} |")
-    if name in POINTS_NOTE:
-        lines += ["", f"**Points:** {POINTS_NOTE[name]}."]
+    facts = course_facts(path)
+    if "points_note" in facts:
+        lines += ["", f"**Points:** {facts['points_note']}."]
     lines += ["", "**You implement:**", ""]
     optional = frozenset(info.builds for info in registered if not info.graded) - {
         info.builds for info in registered if info.graded
@@ -225,10 +204,10 @@ def handout_markdown(name: str, notebooks: str | Path = NOTEBOOKS) -> str:
     ]
     if skipped:
         not_checked.append(f"the {skipped} demo, plot and benchmark cells (the grader skips them)")
-    if name in NOT_CHECKED:
-        not_checked.append(NOT_CHECKED[name])
+    if "not_checked" in facts:
+        not_checked.append(facts["not_checked"])
     lines += ["", "**Not checked automatically:** " + "; ".join(not_checked) + "."]
-    lines += ["", f"**Time:** about {HOURS[name]} (an estimate)."]
+    lines += ["", f"**Time:** about {facts['hours']} (an estimate)."]
     return "\n".join(lines)
 
 

@@ -1,20 +1,18 @@
-"""The block pool's bookkeeping invariant, read from any allocator (the learner's or the course's).
+"""The block pool's bookkeeping invariant: one definition for the checks and the widgets.
 
-One definition for the checks and the widgets: a block is on the free list exactly when its
-reference count is 0, and then exactly once; no count is negative; ``num_free`` is the length of
-the free list. Reading copies the allocator's ``refs``, ``free`` and ``num_free`` and never
-changes it. Who holds a block (tables, a prefix cache) is the caller's business: this module only
-knows counts and the free list.
+A block is on the free list exactly when its reference count is 0, and then exactly once; no count
+is negative; ``num_free`` is the length of the free list. ``PoolReading`` holds one moment's counts
+and free list as plain ints, and says what breaks the invariant; how they were read is the reader's
+business (the checks read a learner's allocator strictly, ``checks.reading.ledger.read_pool``; the
+widgets read the course's or a learner's in the lab). Who holds a block (tables, a prefix cache) is
+the caller's business too: this module knows counts and the free list, and imports nothing of the
+package, so both the checks and the widgets stand on it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
-
-from ...learner_view.prefetch import prefetch
-from .strict import learner_int, learner_int_list
 
 
 @dataclass(frozen=True)
@@ -24,20 +22,6 @@ class PoolReading:
     refs: tuple[int, ...]
     free: tuple[int, ...]
     num_free: int
-
-    @classmethod
-    def of(cls, allocator: Any, scenario: str = "") -> PoolReading:
-        """Read ``allocator.refs``, ``allocator.free`` and ``allocator.num_free`` as plain ints.
-
-        Anything else (an int subclass, an object that says it equals everything) fails as a
-        ``CheckFailed`` naming what was expected (``strict.learner_int_list``).
-        """
-        prefetch(allocator, names=("refs", "free", "num_free"))  # one request, where it lives in another process
-        return cls(
-            tuple(learner_int_list(allocator.refs, "allocator.refs", scenario)),
-            tuple(learner_int_list(allocator.free, "allocator.free", scenario)),
-            learner_int(allocator.num_free, "allocator.num_free", scenario),
-        )
 
     def times_on_free_list(self, block: int) -> int:
         return Counter(self.free)[block]

@@ -28,25 +28,17 @@ from pathlib import Path
 import nbformat
 
 # Re-exported for the test modules (``paged_grading`` is installed with the package: setup.py).
-from paged_grading import (
+from paged_grading.administration import (
+    class_report,
     collect,
-    coursedb,
-    execute,
     feedback_files,
-    grading_kernels,
-    guard,
-    hidden,
-    kernel_guard,
-    learner_host,
-    opinion_runner,
-    outputs,
-    pgserver,
+    gradebook,
     release_check,
-    report,
-    sandbox,
-    sanitize,
-    second_opinion,
+    throwaway_postgres,
 )
+from paged_grading.clean_run import checker, learner_host, runners, secret_seeds
+from paged_grading.preprocessors import execute, guard, hidden_tests, outputs, sanitize, second_opinion
+from paged_grading.sandbox import bubblewrap, grading_kernels, kernel_guard, package_copies
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -54,23 +46,26 @@ AUTOGRADE = ROOT / "autograde"
 
 
 __all__ = [
+    "bubblewrap",
+    "checker",
+    "class_report",
     "collect",
-    "grading_kernels",
-    "guard",
-    "hidden",
-    "kernel_guard",
-    "learner_host",
-    "opinion_runner",
-    "outputs",
-    "release_check",
-    "report",
-    "sandbox",
-    "second_opinion",
-    "coursedb",
     "execute",
     "feedback_files",
-    "pgserver",
+    "gradebook",
+    "grading_kernels",
+    "guard",
+    "hidden_tests",
+    "kernel_guard",
+    "learner_host",
+    "outputs",
+    "package_copies",
+    "release_check",
+    "runners",
     "sanitize",
+    "second_opinion",
+    "secret_seeds",
+    "throwaway_postgres",
 ]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -202,7 +197,7 @@ def write_submission(folder: Path, student: str, notebooks: dict[str, nbformat.N
 def scores_of(root: Path) -> dict[tuple[str, str], dict[str, tuple[float, float]]]:
     """(student, assignment) -> {test cell: (score, max)} from the gradebook (autograded cells only)."""
     scores: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
-    for row in report.autograded_scores(f"sqlite:///{root / 'gradebook.db'}"):
+    for row in class_report.autograded_scores(f"sqlite:///{root / 'gradebook.db'}"):
         scores.setdefault((row.student, row.assignment), {})[row.check] = (row.score, row.max_score)
     return scores
 

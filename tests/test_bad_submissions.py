@@ -49,7 +49,7 @@ import pathlib
 import paged_helpers.checks.allocator as target
 path = pathlib.Path(target.__file__)
 stub = (
-    "from .speaking.report import check\\n"
+    "from .registry import check\\n"
     "@check(notebook='02_block_allocator', builds='BlockAllocator')\\n"
     "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
 )

@@ -2,15 +2,33 @@
 message that names the bug; the student release fails with "not implemented yet".
 
 Wrong engines are subclasses of the instructor's ContinuousBatchingEngine that override one
-method with one mistake.
+method with one mistake. The watch and the parts name each bug (``whole.RUNNERS``, the parts as
+served, before anything decides who scores it). Issue 37, no failure scored twice: the same mistakes
+placed where a learner makes them, in the notebook's class that defines the method (``engine_with``),
+cost only the cell that scores that method. A stage bug fails its stage check and leaves every
+whole-engine part passing with a note; a bug only the whole engine sees (``_forward``, the step loop,
+a stage mistake its stage check misses) passes every stage check and fails the whole-engine part,
+visible and hidden; correct engines of other designs pass every part, proven, at the secret-like seeds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+
 import pytest
 import torch
 
-from paged_helpers.checks import NotImplementedYet, check_engine
+from paged_helpers.checks import (
+    NotImplementedYet,
+    check_engine,
+    check_engine_admission,
+    check_engine_advance,
+    check_engine_fork,
+    check_engine_plan,
+    check_engine_reserve,
+)
 from paged_helpers.serving import Sequence, sample_seed
 
 from conftest import SECRET_SEEDS, solution
@@ -456,16 +474,23 @@ def test_every_wrong_engine_has_expected_words():
 
 
 @pytest.mark.parametrize("part", ["batching", "preemption", "rejection", "sampling"])
-def test_right_engine_passes(part, right):
+def test_right_engine_passes(part, right, capsys):
     check_engine(*right, parts=part)
+    assert "not proven" not in capsys.readouterr().out  # proven, not excused
 
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
-def test_check_names_the_bug(bug, right, failing_message):
+def test_the_watch_names_the_bug(bug, right, failing_message):
+    """The part as served (``whole.RUNNERS``: the watch and the part's own rules, before ``check_engine``
+    asks whether a stage check scores the failure) names each wrong engine's mistake."""
+    from paged_helpers.checks.engine.whole import RUNNERS
+    from paged_helpers.serving import one_thread
+
     engine, cache, prefix = right
     wrong = type(bug, (engine,), WRONG[bug])
     part, words = MESSAGES[bug]
-    message = failing_message(lambda *impl: check_engine(*impl, parts=part), wrong, cache, prefix)
+    with one_thread():  # as check_engine serves
+        message = failing_message(RUNNERS[part], wrong, cache, prefix)
     for word in words:
         assert word in message, f"{bug}: {word!r} not in\n{message}"
     assert "expected:" in message and "hint:" in message
@@ -673,31 +698,457 @@ def test_relabelling_keeps_every_shared_prefix():
 
 
 @pytest.mark.parametrize("part", ["batching", "preemption", "rejection", "sampling"])
-def test_right_engine_passes_hidden_parts(part, right):
+def test_right_engine_passes_hidden_parts(part, right, capsys):
     import random
 
     for seed in (*SECRET_SEEDS, *(random.getrandbits(31) for _ in range(3))):
         check_engine(*right, parts=part, seed=seed, hidden=True)
+        assert "not proven" not in capsys.readouterr().out, seed  # proven, not excused
 
 
-def _hidden_part(part, seed):
-    """check_engine as the hidden test cell of ``part`` calls it, at ``seed``."""
+def _hidden_runner(part, seed):
+    """The hidden call of ``part`` at ``seed`` as it serves its workload: the part's runner on a relabelled
+    workload, before ``check_engine`` asks whether a stage check scores a failure."""
+    import random
+
+    from paged_helpers.checks.engine.whole import RUNNERS, Relabelled
+    from paged_helpers.checks.speaking.hidden import run_hidden_scenarios
+    from paged_helpers.serving import one_thread
 
     def hidden_call(*classes):
-        return check_engine(*classes, parts=part, seed=seed, hidden=True)
+        kind = {f"the {part} workload": lambda classes, rng: RUNNERS[part](*classes, Relabelled.draw(rng))}
+        with one_thread():  # as check_engine serves
+            run_hidden_scenarios(kind, random.Random(f"{part}/{seed}").getrandbits(31), classes)
 
     return hidden_call
 
 
 @pytest.mark.parametrize("bug", sorted(WRONG))
-def test_hidden_parts_fail_wrong_engines_without_numbers(bug, right, failing_message):
-    """Issue 36: every wrong engine fails the hidden call of its part at every one of the SECRET_SEEDS
+def test_every_hidden_draw_catches_each_wrong_engine_without_numbers(bug, right, failing_message):
+    """Issue 36: every wrong engine fails the hidden workload of its part at every one of the SECRET_SEEDS
     (each part serves its visible workload's full size, relabelled, and the sampling request's n is fixed),
     and the message names the part's workload, none of its numbers."""
     engine, cache, prefix = right
     wrong = type(bug, (engine,), WRONG[bug])
     part, _ = MESSAGES[bug]
     for seed in SECRET_SEEDS:
-        message = failing_message(_hidden_part(part, seed), wrong, cache, prefix)
+        message = failing_message(_hidden_runner(part, seed), wrong, cache, prefix)
         assert "a hidden scenario failed" in message and f"the {part} workload" in message, f"seed {seed}: {message}"
         assert "expected:" not in message, f"seed {seed}: {message}"
+
+
+# ---------------------------------------------------------------- issue 37: no failure scored twice
+
+PARTS = ("batching", "preemption", "rejection", "sampling")
+# Notebook 08's classes, each extending the one before; a learner writes each method in the one that defines it.
+CHAIN = ("EngineBase", "EngineAdmission", "EnginePlanner", "EngineScheduler", "ContinuousBatchingEngine")
+# Each stage check: the class its cell hands it, and the cell.
+STAGE_CELLS = {
+    "check_engine_admission": (check_engine_admission, "EngineAdmission", "test_engine_admission"),
+    "check_engine_plan": (check_engine_plan, "EnginePlanner", "test_engine_plan"),
+    "check_engine_reserve": (check_engine_reserve, "EngineScheduler", "test_engine_reserve"),
+    "check_engine_fork": (check_engine_fork, "ContinuousBatchingEngine", "test_engine_fork"),
+    "check_engine_advance": (check_engine_advance, "ContinuousBatchingEngine", "test_engine_advance"),
+}
+
+
+def _home(method):
+    """The class of notebook 08 that defines ``method``."""
+    return next(name for name in CHAIN if method in vars(solution(NOTEBOOK, name)))
+
+
+def engine_with(methods):
+    """Notebook 08's engine with ``methods`` written where a learner writes them: each in the notebook's
+    class that defines it, every later class built on that one with its own methods as the notebook has
+    them (as the notebook's cells build them, top to bottom). Returns that notebook's
+    ContinuousBatchingEngine; the class each stage cell hands its check is in its ancestry."""
+    klass = None
+    for name in CHAIN:
+        written = solution(NOTEBOOK, name)
+        own = {method: body for method, body in methods.items() if _home(method) == name}
+        if klass is None:
+            klass = type(name, (written,), own)
+        else:
+            body = {key: value for key, value in vars(written).items() if key not in ("__dict__", "__weakref__")}
+            klass = type(name, (klass,), {**body, **own})
+    return klass
+
+
+def _cell_class(engine, check_name):
+    """The class the stage cell of ``check_name`` hands its check, in ``engine``'s notebook."""
+    wanted = STAGE_CELLS[check_name][1]
+    return next(klass for klass in engine.__mro__ if klass.__name__ == wanted)
+
+
+def _shown(capsys, *classes, **options) -> str:
+    """What check_engine printed (it must pass: a failure is raised)."""
+    capsys.readouterr()
+    check_engine(*classes, **options)
+    return capsys.readouterr().out
+
+
+# Each wrong engine of WRONG whose mistake a stage cell scores: the stage check that fails on it (the one
+# its whole-engine note must name; another may fail too).
+SCORED_BY = {
+    "accepts_impossible_request": "check_engine_admission",
+    "admissions_not_recorded": "check_engine_admission",
+    "admits_newest_first": "check_engine_admission",
+    "admits_without_room": "check_engine_admission",
+    "counts_hits_of_refused_admissions": "check_engine_admission",
+    "never_evicts_prefix_cache": "check_engine_admission",
+    "no_undo_after_refused_admission": "check_engine_admission",
+    "rejects_requests_that_fit_later": "check_engine_admission",
+    "samples_without_fork": "check_engine_admission",
+    "decoders_only_with_leftover_budget": "check_engine_plan",
+    "ignores_chunk_size": "check_engine_plan",
+    "ignores_step_budget": "check_engine_plan",
+    "no_reserve_before_forward": "check_engine_reserve",
+    "preempt_keeps_blocks": "check_engine_reserve",
+    "preempted_to_back_of_queue": "check_engine_reserve",
+    "preemption_not_counted": "check_engine_reserve",
+    "preempts_before_evicting": "check_engine_reserve",
+    "preempts_oldest": "check_engine_reserve",
+    "waits_instead_of_preempting": "check_engine_reserve",
+    "fork_by_shallow_copy": "check_engine_fork",
+    "samples_share_one_seed": "check_engine_fork",
+    "leaks_blocks_at_finish": "check_engine_advance",  # _finish does not free: _advance's finished sample stays
+    "never_remembers_prefix": "check_engine_advance",
+    "samples_mid_prompt": "check_engine_advance",
+}
+
+
+@torch.no_grad()
+def _forward_logits_of_first_token(self, plan):
+    """The notebook's _forward, but each chunk's logits taken at its first token, not its last."""
+    logits = {}
+    for count in sorted({count for _, count in plan}):
+        group = [seq for seq, c in plan if c == count]
+        starts = [seq.num_cached for seq in group]
+        tokens = torch.tensor([seq.tokens[s : s + count] for seq, s in zip(group, starts, strict=True)])
+        positions = torch.tensor([list(range(s, s + count)) for s in starts])
+        self.cache.set_batch([seq.seq_id for seq in group])
+        out = self.model(tokens, positions, self.cache)
+        logits.update({seq.seq_id: out[row, 0] for row, seq in enumerate(group)})
+    return logits
+
+
+@torch.no_grad()
+def _forward_one_batch_for_the_plan(self, plan):
+    """Names the whole plan once (set_batch), then runs each group of equal counts under it."""
+    logits = {}
+    self.cache.set_batch([seq.seq_id for seq, _ in plan])
+    for count in sorted({count for _, count in plan}):
+        group = [seq for seq, c in plan if c == count]
+        starts = [seq.num_cached for seq in group]
+        tokens = torch.tensor([seq.tokens[s : s + count] for seq, s in zip(group, starts, strict=True)])
+        positions = torch.tensor([list(range(s, s + count)) for s in starts])
+        out = self.model(tokens, positions, self.cache)
+        logits.update({seq.seq_id: out[row, -1] for row, seq in enumerate(group)})
+    return logits
+
+
+def _step_planning_before_admitting(self):
+    """The notebook's step with two phases swapped: what was admitted waits a step for its first chunk."""
+    plan = self._plan()
+    self._admit()
+    plan = self._reserve(plan)
+    logits = self._forward(plan)
+    return self._advance(plan, logits)
+
+
+# Mistakes no stage check scores, each as the notebook's classes hold it: the methods, the part that fails,
+# the words its message must hold. _forward (no stage runs it), the step loop, and two stage mistakes that
+# their stage checks miss and only the whole engine catches (which is right, and stays).
+WHOLE_ENGINE_ONLY = {
+    "chunk_positions_from_zero": (
+        dict(_forward=_forward_positions_from_zero),
+        "batching",
+        ["your _forward alone", "plan 2: a forward pass wrote sequence 'f1' at positions 0", "num_cached + 1"],
+    ),
+    "forward_logits_of_first_token": (
+        dict(_forward=_forward_logits_of_first_token),
+        "batching",
+        ["your _forward alone", "the logits of 'f0'", "max |difference|", "the last of the chunk's"],
+    ),
+    "forward_one_batch_for_the_plan": (
+        dict(_forward=_forward_one_batch_for_the_plan),
+        "batching",
+        ["your _forward alone", "a forward pass of 1 row(s)", "one row per sequence set_batch named"],
+    ),
+    "step_plans_before_admitting": (
+        dict(step=_step_planning_before_admitting),
+        "batching",
+        ["the phases of step()", "self._admit(), self._plan(), self._reserve(plan), in that order"],
+    ),
+    "drops_prefix_entries_in_use": (WRONG["drops_prefix_entries_in_use"], *MESSAGES["drops_prefix_entries_in_use"]),
+    "evicts_too_little": (WRONG["evicts_too_little"], *MESSAGES["evicts_too_little"]),
+}
+
+
+def test_every_wrong_engine_is_scored_by_one_cell():
+    assert set(SCORED_BY) | (set(WHOLE_ENGINE_ONLY) & set(WRONG)) == set(WRONG)
+    assert not set(SCORED_BY) & set(WHOLE_ENGINE_ONLY)
+
+
+@pytest.mark.parametrize("bug", sorted(SCORED_BY))
+def test_a_stage_bug_costs_its_stage_cell_only(bug, right, failing_message, capsys):
+    """(a) The mistake written in its stage's class fails that stage's check (its cell) and no whole-engine
+    part: the part that breaks on it passes with a note naming the stage check and its cell, and saying the
+    whole engine was not proven; the others pass."""
+    _, cache, prefix = right
+    engine = engine_with(WRONG[bug])
+    scored_by = SCORED_BY[bug]
+    check, _, cell = STAGE_CELLS[scored_by]
+    failing_message(check, _cell_class(engine, scored_by), cache, prefix)
+    broken, _ = MESSAGES[bug]
+    for part in PARTS:
+        shown = _shown(capsys, engine, cache, prefix, parts=part)
+        if part == broken:
+            assert f"the {part} part is not proven" in shown and scored_by in shown and cell in shown, shown
+            assert "check_engine: " in shown and "Traceback" not in shown, shown
+
+
+@pytest.mark.parametrize("bug", sorted(SCORED_BY))
+def test_a_stage_bug_costs_no_hidden_whole_engine_part(bug, right, capsys):
+    """(a), hidden: the part's hidden call passes too at every one of the SECRET_SEEDS, and its note names
+    the stage, never a number of the hidden workload."""
+    _, cache, prefix = right
+    engine = engine_with(WRONG[bug])
+    part, _ = MESSAGES[bug]
+    for seed in SECRET_SEEDS:
+        shown = _shown(capsys, engine, cache, prefix, parts=part, seed=seed, hidden=True)
+        assert f"not proven, and not counted against you here. Your engine broke a rule on the hidden {part}" in shown
+        assert SCORED_BY[bug] in shown, f"seed {seed}: {shown}"
+        assert not re.search(r"\d", shown), f"seed {seed}: {shown}"
+
+
+@pytest.mark.parametrize("bug", sorted(WHOLE_ENGINE_ONLY))
+def test_a_bug_only_the_whole_engine_sees_fails_it(bug, right, failing_message):
+    """(b) Every stage check passes on the engine (each on the class its cell hands it), and the whole-engine
+    part fails, naming the mistake, visible and hidden at every one of the SECRET_SEEDS (without numbers)."""
+    _, cache, prefix = right
+    methods, part, words = WHOLE_ENGINE_ONLY[bug]
+    engine = engine_with(methods)
+    for name, (check, _, _) in STAGE_CELLS.items():
+        check(_cell_class(engine, name), cache, prefix)
+    message = failing_message(lambda *impl: check_engine(*impl, parts=part), engine, cache, prefix)
+    for word in words:
+        assert word in message, f"{bug}: {word!r} not in\n{message}"
+    for seed in SECRET_SEEDS:
+        message = failing_message(
+            lambda *impl, seed=seed: check_engine(*impl, parts=part, seed=seed, hidden=True), engine, cache, prefix
+        )
+        assert "a hidden scenario failed" in message and f"the {part} workload" in message, f"seed {seed}: {message}"
+        assert "expected:" not in message, f"seed {seed}: {message}"
+
+
+@pytest.mark.parametrize("bug", ["chunk_positions_from_zero", "forward_logits_of_first_token"])
+def test_a_forward_bug_costs_the_batching_cell_only(bug, right, capsys):
+    """_forward is scored in test_engine_batching (tested alone there, first): the other parts leave a failure
+    it causes to that cell, as they leave a stage's failure to the stage's cell."""
+    _, cache, prefix = right
+    engine = engine_with(WHOLE_ENGINE_ONLY[bug][0])
+    for part in PARTS[1:]:
+        shown = _shown(capsys, engine, cache, prefix, parts=part)
+        assert "not proven" in shown and "_forward alone (_forward; cell test_engine_batching" in shown, shown
+
+
+def test_a_stage_method_the_engine_overrides_is_the_whole_engines_to_score(right, failing_message):
+    """A stage cell scores the class it is handed: a mistake the engine's own class adds over a right
+    EnginePlanner (whose cell passes) was scored by no stage, so the whole engine scores it."""
+    engine, cache, prefix = right
+    overriding = type("ContinuousBatchingEngine", (engine,), dict(_plan=_plan_without_chunks))
+    check_engine_plan(_cell_class(overriding, "check_engine_plan"), cache, prefix)
+    message = failing_message(lambda *impl: check_engine(*impl, parts="batching"), overriding, cache, prefix)
+    assert "chunk size" in message and "not proven" not in message, message
+
+
+def _plan_raising(self):
+    raise KeyError("a planning bug of the learner's")
+
+
+def test_an_exception_of_a_stage_method_is_its_cells_to_score(right, failing_message, capsys):
+    """An exception (not a broken rule) escaping a stage's method: the stage's check fails on it, and each
+    whole-engine part passes with a note."""
+    _, cache, prefix = right
+    engine = engine_with(dict(_plan=_plan_raising))
+    message = failing_message(check_engine_plan, _cell_class(engine, "check_engine_plan"), cache, prefix)
+    assert "raised KeyError" in message, message
+    for part in PARTS:
+        shown = _shown(capsys, engine, cache, prefix, parts=part)
+        assert "not proven" in shown and "check_engine_plan (_plan; cell test_engine_plan" in shown, shown
+
+
+def test_a_stage_that_fails_only_its_hidden_scenarios_is_named_so(right, capsys, monkeypatch):
+    """A stage whose visible scenarios pass but whose hidden kinds fail loses its cell's points when graded:
+    the whole engine leaves the failure to it too, and says how to see the hidden kinds' hint."""
+    import dataclasses
+
+    from paged_helpers.checks.engine import attribution
+
+    _, cache, prefix = right
+    stage = attribution.STAGES["plan"]
+    monkeypatch.setitem(attribution.STAGES, "plan", dataclasses.replace(stage, visible=lambda classes: None))
+    engine = engine_with(dict(_plan=_plan_without_chunks))
+    shown = _shown(capsys, engine, cache, prefix, parts="batching")
+    assert "its visible scenarios pass, its hidden ones fail" in shown, shown
+    assert "check_engine_plan(EnginePlanner, PagedKVCache, PrefixCache, hidden=True)" in shown, shown
+
+
+@torch.no_grad()
+def _forward_one_sequence_at_a_time(self, plan):
+    """Another correct _forward: a model call per chunk, each its own batch of one."""
+    logits = {}
+    for seq, count in plan:
+        start = seq.num_cached
+        self.cache.set_batch([seq.seq_id])
+        tokens = torch.tensor([seq.tokens[start : start + count]])
+        out = self.model(tokens, torch.arange(start, start + count)[None], self.cache)
+        logits[seq.seq_id] = out[0, -1]
+    return logits
+
+
+def _admit_spare_rounded_up(self):
+    """Another correct _admit: the spare 1% of the pool rounded up, the room made by evicting everything."""
+    import math
+
+    while self.waiting:
+        seq = self.waiting[0]
+        reused = self.prefix_cache.attach(seq.seq_id, seq.tokens)
+        promised = sum(self._blocks_to_come(s) for s in self.running if s.is_prefilling)
+        wanted = promised + self._blocks_to_come(seq) + math.ceil(len(self.cache.allocator.refs) / 100)
+        if self.running and not self._make_room(wanted):
+            self.cache.free(seq.seq_id)
+            break
+        seq.num_cached = reused
+        self.waiting.popleft()
+        self.running.append(seq)
+        self.metrics.record_admission(seq, reused)
+
+
+def _reserve_through_a_queue_of_work(self, plan):
+    """Another correct _reserve: on MemoryError, drop every cached entry nobody uses at once; preempt the
+    newest only when that freed nothing."""
+    pending = list(plan)
+    while pending:
+        seq, count = pending[0]
+        if seq not in self.running:
+            pending.pop(0)
+            continue
+        try:
+            self.cache.reserve(seq.seq_id, count)
+            pending.pop(0)
+        except MemoryError:
+            before = self.cache.allocator.num_free
+            self.prefix_cache.evict(len(self.cache.allocator.refs))
+            if self.cache.allocator.num_free == before:
+                self._preempt(self.running[-1])
+    return [(seq, count) for seq, count in plan if seq in self.running]
+
+
+def _advance_in_two_passes(self, plan, logits):
+    """Another correct _advance: forks made in a first pass, tokens drawn in a second, finishes last."""
+    from paged_helpers.serving import sample_token
+
+    finished, drawing = {}, []
+    for seq, count in plan:
+        seq.num_cached += count
+        if count > 1:
+            self.prefix_cache.remember(seq.seq_id, list(seq.prompt + seq.output)[: seq.num_cached])
+        if seq.num_pending == 0:
+            forked = self._fork_samples(seq) if seq.n > 1 and not seq.forked else []
+            drawing += [(seq.seq_id, sample) for sample in [seq, *forked]]
+    for parent, sample in drawing:
+        token = sample_token(logits[parent], sample.temperature, sample.seed, len(sample.output))
+        sample.output = sample.output + [token]
+        self.metrics.record_token(sample)
+    for _, sample in drawing:
+        if sample.is_finished:
+            self._finish(sample, finished)
+    return finished
+
+
+ANOTHER_DESIGN = dict(
+    _forward=_forward_one_sequence_at_a_time,
+    _admit=_admit_spare_rounded_up,
+    _reserve=_reserve_through_a_queue_of_work,
+    _advance=_advance_in_two_passes,
+)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_an_engine_of_another_design_is_proven_at_the_secret_seeds(part, right, capsys):
+    """(c) A correct engine of another design passes every stage check and every part, visible and hidden at
+    every one of the SECRET_SEEDS, proven: never a note."""
+    _, cache, prefix = right
+    engine = engine_with(ANOTHER_DESIGN)
+    for name, (check, _, _) in STAGE_CELLS.items():
+        check(_cell_class(engine, name), cache, prefix)
+    for options in ({}, *({"seed": seed, "hidden": True} for seed in SECRET_SEEDS)):
+        shown = _shown(capsys, engine, cache, prefix, parts=part, **options)
+        assert "not proven" not in shown and "passed" in shown, f"{options}: {shown}"
+
+
+def test_the_lab_and_the_grader_give_one_verdict(tmp_path, capsys):
+    """The same verdict and the same words in one process (the lab) and across the grader's wire (the clean
+    run: the checks on stand-ins, the learner's notebook in a process of its own), for a notebook whose
+    _plan a stage cell scores (a note) and one whose _forward only the whole engine sees (a failure)."""
+    import json
+    import os
+    import sys
+
+    from paged_helpers.checks import CheckFailed
+    from paged_helpers.learner_view.connection import LearnerProcess
+    from paged_helpers.notebook_loader import load_from_notebook
+
+    from conftest import NOTEBOOKS, ROOT
+
+    learner_names = ("ContinuousBatchingEngine", "PagedKVCache", "PrefixCache")
+    edits = {  # the notebook's line, the line with a mistake, the part, its verdict
+        "plan": (
+            "count = min(self.chunk_size, seq.num_pending, budget)",
+            "count = min(seq.num_pending, budget)",
+            "preemption",
+            "passed",  # with a note: test_engine_plan scores it
+        ),
+        "forward": (
+            "logits.update({seq.seq_id: out[row, -1]",
+            "logits.update({seq.seq_id: out[row, 0]",
+            "batching",
+            "failed",
+        ),
+    }
+    for earlier in EARLIER:
+        (tmp_path / f"{earlier}.ipynb").write_bytes((NOTEBOOKS / f"{earlier}.ipynb").read_bytes())
+    for name, (old, new, part, expected) in edits.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for earlier in tmp_path.glob("*.ipynb"):
+            (folder / earlier.name).write_bytes(earlier.read_bytes())
+        notebook = json.loads((NOTEBOOKS / f"{NOTEBOOK}.ipynb").read_text(encoding="utf-8"))
+        cells = [cell for cell in notebook["cells"] if old in "".join(cell["source"])]
+        assert len(cells) == 1, f"{old!r}: the notebook changed, update the test"
+        cells[0]["source"] = "".join(cells[0]["source"]).replace(old, new)
+        path = folder / f"{NOTEBOOK}.ipynb"
+        path.write_text(json.dumps(notebook), encoding="utf-8")
+
+        def verdicts(classes, part):
+            found = []
+            for options in ({}, {"seed": 20260, "hidden": True}):
+                capsys.readouterr()
+                try:
+                    check_engine(*classes, parts=part, **options)
+                    found.append(("passed", capsys.readouterr().out))
+                except CheckFailed as error:
+                    found.append(("failed", str(error)))
+            return found
+
+        with contextlib.redirect_stdout(io.StringIO()):  # the loader's "using your ..." notes
+            here = [load_from_notebook(NOTEBOOK, defined, search=[folder]) for defined in learner_names]
+        in_the_lab = verdicts(here, part)
+        host = [sys.executable, "-m", "paged_helpers.learner_view.host", str(path)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        with LearnerProcess(host, time_limit=300, cwd=str(ROOT), env=env) as learner:
+            across = verdicts([learner.name(defined) for defined in learner_names], part)
+        assert across == in_the_lab, f"{name}:\n{across}\n{in_the_lab}"
+        assert [verdict for verdict, _ in in_the_lab] == [expected, expected], in_the_lab

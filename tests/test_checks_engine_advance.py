@@ -164,7 +164,7 @@ def test_each_hidden_step_catches_the_bug_in_every_draw(bug, failing_message):
     logits whose sampled tokens are all the argmax): each kind of ``ADVANCE_KINDS``, run alone, fails every
     wrong _advance at every seed, and the message names that kind."""
     from paged_helpers.checks.engine.advance import ADVANCE_KINDS
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+    from paged_helpers.checks.speaking.hidden import run_hidden_scenarios
 
     method, _ = WRONG[bug]
     engine, cache, prefix = _classes()

@@ -3,7 +3,9 @@ instructor's stage classes pass; realistic wrong ones fail with a message naming
 student release says "not implemented yet".
 
 Wrong stages are subclasses of the instructor's class for that stage with one method replaced;
-most replacements are the wrong engines of test_checks_engine, which the end-to-end check catches.
+most replacements are the wrong engines of test_checks_engine, whose whole-engine failures the
+end-to-end check leaves to these checks (issue 37: scored once, in the stage's cell). The hidden draws
+redrawn until they show their kind's mistakes stop after a bounded number of draws.
 """
 
 from __future__ import annotations
@@ -447,10 +449,9 @@ def test_each_kind_meant_for_a_wrong_stage_catches_it_in_every_draw(bug, failing
     """Issue 36: no draw makes a kind miss a mistake it is meant for (a pool whose plan needs no block, a
     queue with no request left waiting, a fork of one sample): each kind of ``CAUGHT_BY[bug]``, run alone,
     fails the wrong stage at every seed, and the message names that kind."""
-    import functools
-
     from paged_helpers.checks.engine import stages as engine_stages
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+    from paged_helpers.checks.speaking.hidden import run_hidden_scenarios
+    from paged_helpers.checks.story import drawn
 
     stage, methods, _ = WRONG[bug]
     _, name = STAGES[stage]
@@ -463,7 +464,7 @@ def test_each_kind_meant_for_a_wrong_stage_catches_it_in_every_draw(bug, failing
     }
     for kind in CAUGHT_BY[bug]:
         description = KIND_NAMES[kind]
-        alone = {description: functools.partial(engine_stages._draw_and_run, kinds[description])}
+        alone = {description: drawn(kinds[description])}
         for seed in HIDDEN_SEEDS:
             message = failing_message(run_hidden_scenarios, alone, seed, classes)
             assert f"a hidden scenario failed: {description}." in message, f"{kind}, seed {seed}: {message}"
@@ -507,3 +508,44 @@ def test_another_correct_reserve_passes_at_random_seeds():
     check_engine_reserve(stage, *_partners())
     for seed in [random.getrandbits(31) for _ in range(50)]:
         check_engine_reserve(stage, *_partners(), seed=seed, hidden=True)
+
+
+# --------------------------------------------------------------------------- bounded redraws
+
+
+@pytest.mark.parametrize("kind", ["queue", "batch", "pool", "finish order", "step", "sampling seed"])
+def test_a_draw_that_never_shows_its_mistakes_stops(kind, monkeypatch):
+    """Every hidden draw that is redrawn until it shows the mistakes of its kind (a queue where the room rule
+    decides, a batch where each planning mistake plans otherwise, a pool that needs a preemption, samples that
+    finish out of order, a step whose logits tell, a sampling seed whose samples differ) stops after
+    ``MAX_REDRAWS`` draws with the course's own error, instead of a check that never returns."""
+    from paged_helpers.checks.engine import advance as engine_advance
+    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.engine import whole as engine_whole
+    from paged_helpers.checks.speaking import hidden
+
+    monkeypatch.setattr(hidden, "MAX_REDRAWS", 20)
+    rng = random.Random(7)
+    never_telling = lambda self: False  # noqa: E731
+    ways = {  # what never shows the mistakes, and the draw
+        "queue": ((engine_stages.Queue, "telling", never_telling), lambda: engine_stages.Queue.draw(rng)),
+        "batch": ((engine_stages.Batch, "telling", never_telling), lambda: engine_stages.Batch.draw(rng)),
+        "pool": (
+            (engine_stages.Pool, "needs_a_block", never_telling),
+            lambda: engine_stages.Pool.draw(rng, want="preempt"),
+        ),
+        "finish order": ((rng, "shuffle", list.sort), lambda: engine_stages.FinishOrder.draw(rng)),
+        "step": ((engine_advance.Step, "telling", never_telling), lambda: engine_advance.Step.draw(rng)),
+        "sampling seed": (  # every sample of every seed alike
+            (engine_whole, "_solo", lambda key: [1, 2, 3]),
+            lambda: engine_whole._part_sampling(*_partners_engine()),
+        ),
+    }
+    patch, draw = ways[kind]
+    monkeypatch.setattr(*patch)
+    with pytest.raises(RuntimeError, match="no telling draw in 20 tries"):
+        draw()
+
+
+def _partners_engine():
+    return (solution(NOTEBOOK, "ContinuousBatchingEngine"), *_partners())

@@ -24,8 +24,8 @@ from paged_helpers.checks import (
     check_paged_prefill_kernel,
     check_split_k_decode,
 )
-from paged_helpers.checks.kernels import attention as kernel_checks
 from paged_helpers.checks.kernels import launching
+from paged_helpers.checks.kernels import paged_attention as kernel_checks
 from paged_helpers.kernel_inputs import validate_decode_inputs, validate_prefill_inputs
 from paged_helpers.notebook_loader import load_definitions
 from paged_helpers.reference import gather_history, paged_decode_reference, paged_prefill_reference

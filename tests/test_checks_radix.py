@@ -10,8 +10,10 @@ from __future__ import annotations
 import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_cache_aware_order, check_radix_cache
+from paged_helpers.checks.radix import tree
 
-from conftest import SECRET_SEEDS, solution
+import hidden_proof
+from conftest import solution
 from lying_values import EqualsAnything
 from student_release import release_definition
 
@@ -329,19 +331,9 @@ CAUGHT_BY = {
 }
 
 
-def _hidden_order(seed):
-    def hidden_call(order):
-        return check_cache_aware_order(order, seed=seed, hidden=True)
-
-    return hidden_call
-
-
 def test_right_order_passes_the_secret_seeds():
-    from paged_helpers.checks.radix.tree import _HIDDEN_QUEUES
-
-    assert {LONG, STARVING, ONE, MIXED} == set(_HIDDEN_QUEUES) and set(CAUGHT_BY) == set(WRONG_ORDERS)
-    for seed in SECRET_SEEDS:
-        check_cache_aware_order(solution(NOTEBOOK, "cache_aware_order"), seed=seed, hidden=True)
+    assert {LONG, STARVING, ONE, MIXED} == set(tree.ORDER_STORY.hidden) and set(CAUGHT_BY) == set(WRONG_ORDERS)
+    hidden_proof.passes_every_seed(check_cache_aware_order, solution(NOTEBOOK, "cache_aware_order"))
 
 
 @pytest.mark.parametrize("wrong", list(WRONG_ORDERS), ids=lambda f: f.__name__)
@@ -349,15 +341,8 @@ def test_hidden_queues_fail_every_wrong_order_at_every_seed(wrong, failing_messa
     """Issue 36: every draw holds each kind of queue at its full size, with its starving requests (one of
     them waited exactly max_wait rounds where it matters): each wrong order fails the hidden call at every
     one of the SECRET_SEEDS, and each kind of ``CAUGHT_BY`` run alone fails it too, naming that kind."""
-    from paged_helpers.checks.radix.tree import _HIDDEN_QUEUES
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
-
-    for seed in SECRET_SEEDS:
-        message = failing_message(_hidden_order(seed), wrong)
-        assert "a hidden scenario failed" in message and "expected:" not in message, f"seed {seed}: {message}"
-        for kind in CAUGHT_BY[wrong]:
-            message = failing_message(run_hidden_scenarios, {kind: _HIDDEN_QUEUES[kind]}, seed, wrong)
-            assert f"a hidden scenario failed: {kind}." in message, f"{kind}, seed {seed}: {message}"
+    hidden_proof.fails_at_every_seed(check_cache_aware_order, wrong, failing_message)
+    hidden_proof.each_kind_catches(tree.ORDER_STORY.hidden, CAUGHT_BY[wrong], wrong, failing_message)
 
 
 def test_release_says_not_implemented_yet(tmp_path, right):

@@ -9,8 +9,10 @@ import random
 import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_kv_router
+from paged_helpers.checks.tiers import routing
 
-from conftest import SECRET_SEEDS, solution
+import hidden_proof
+from conftest import solution
 from student_release import release_definition
 
 NOTEBOOK = "11_cache_tiers_and_routing"
@@ -119,29 +121,15 @@ CAUGHT_BY = {
 }
 
 
-def _hidden_call(seed):
-    def hidden_call(router):
-        return check_kv_router(router, seed=seed, hidden=True)
-
-    return hidden_call
-
-
 def test_right_router_passes_the_secret_seeds(right):
-    from paged_helpers.checks.tiers.routing import _HIDDEN
-
-    assert set(ALL_KINDS) == set(_HIDDEN) and set(CAUGHT_BY) == set(WRONG)
-    for seed in SECRET_SEEDS:
-        check_kv_router(right, seed=seed, hidden=True)
+    assert set(ALL_KINDS) == set(routing.STORY.hidden) and set(CAUGHT_BY) == set(WRONG)
+    hidden_proof.passes_every_seed(check_kv_router, right)
 
 
 @pytest.mark.parametrize("bug", list(WRONG))
 def test_hidden_call_fails_every_wrong_router_at_every_seed(bug, right, failing_message):
     """Issue 36: the hidden call fails each wrong router at every one of the SECRET_SEEDS, naming no number."""
-    wrong = type(bug, (right,), WRONG[bug][0])
-    for seed in SECRET_SEEDS:
-        message = failing_message(_hidden_call(seed), wrong)
-        assert "a hidden scenario failed" in message and "hint:" in message, f"seed {seed}: {message}"
-        assert "expected:" not in message, f"seed {seed}: {message}"
+    hidden_proof.fails_at_every_seed(check_kv_router, type(bug, (right,), WRONG[bug][0]), failing_message)
 
 
 @pytest.mark.parametrize("bug", list(WRONG))
@@ -149,14 +137,8 @@ def test_each_hidden_kind_catches_its_wrong_routers_in_every_draw(bug, right, fa
     """Issue 36: no draw lets a kind miss a mistake it can show (a stream with no block held after a gap,
     no tie for the lowest cost, or the one weight of 1 among the kind's weights): each kind of
     ``CAUGHT_BY[bug]``, run alone, fails the wrong router at every seed, and the message names that kind."""
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
-    from paged_helpers.checks.tiers.routing import _HIDDEN
-
     wrong = type(bug, (right,), WRONG[bug][0])
-    for kind in CAUGHT_BY[bug]:
-        for seed in SECRET_SEEDS:
-            message = failing_message(run_hidden_scenarios, {kind: _HIDDEN[kind]}, seed, wrong)
-            assert f"a hidden scenario failed: {kind}." in message, f"{kind}, seed {seed}: {message}"
+    hidden_proof.each_kind_catches(routing.STORY.hidden, CAUGHT_BY[bug], wrong, failing_message)
 
 
 def test_release_says_not_implemented_yet(tmp_path):

@@ -10,8 +10,10 @@ import random
 import pytest
 
 from paged_helpers.checks import NotImplementedYet, check_tier_aware_router
+from paged_helpers.checks.tiers import tier_routing
 
-from conftest import SECRET_SEEDS, solution
+import hidden_proof
+from conftest import solution
 from student_release import release_definition
 
 NOTEBOOK = "11_cache_tiers_and_routing"
@@ -197,50 +199,30 @@ def test_constant_weights_are_named_by_the_kind_that_changes_them(right, failing
     from paged_helpers.checks.tiers import tier_routing
 
     wrong = type("constant", (right,), WRONG["constant_weights"][0])
-    hidden = {"other tier weights": tier_routing._HIDDEN["other tier weights"]}
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
+    hidden = {"other tier weights": tier_routing.STORY.hidden["other tier weights"]}
+    from paged_helpers.checks.speaking.hidden import run_hidden_scenarios
 
     message = failing_message(run_hidden_scenarios, hidden, 5, wrong)
     assert "a hidden scenario failed: other tier weights." in message and "not constants" in message, message
 
 
-def _hidden_call(seed):
-    def hidden_call(router):
-        return check_tier_aware_router(router, seed=seed, hidden=True)
-
-    return hidden_call
-
-
 def test_right_router_passes_the_secret_seeds(right):
-    from paged_helpers.checks.tiers.tier_routing import _HIDDEN
-
-    assert set(ALL_KINDS) == set(_HIDDEN) and set(CAUGHT_BY) == set(WRONG)
-    for seed in SECRET_SEEDS:
-        check_tier_aware_router(right, seed=seed, hidden=True)
+    assert set(ALL_KINDS) == set(tier_routing.STORY.hidden) and set(CAUGHT_BY) == set(WRONG)
+    hidden_proof.passes_every_seed(check_tier_aware_router, right)
 
 
 @pytest.mark.parametrize("bug", list(WRONG))
 def test_hidden_call_fails_every_wrong_router_at_every_seed(bug, right, failing_message):
     """The hidden call fails each wrong router at every one of the SECRET_SEEDS, naming no number."""
-    wrong = type(bug, (right,), WRONG[bug][0])
-    for seed in SECRET_SEEDS:
-        message = failing_message(_hidden_call(seed), wrong)
-        assert "a hidden scenario failed" in message and "hint:" in message, f"seed {seed}: {message}"
-        assert "expected:" not in message, f"seed {seed}: {message}"
+    hidden_proof.fails_at_every_seed(check_tier_aware_router, type(bug, (right,), WRONG[bug][0]), failing_message)
 
 
 @pytest.mark.parametrize("bug", list(WRONG))
 def test_each_hidden_kind_catches_its_wrong_routers_in_every_draw(bug, right, failing_message):
     """Each kind of ``CAUGHT_BY[bug]``, run alone, fails the wrong router at every secret seed, and the
     message names that kind: no draw lets a kind miss a mistake it can show."""
-    from paged_helpers.checks.speaking.report import run_hidden_scenarios
-    from paged_helpers.checks.tiers.tier_routing import _HIDDEN
-
     wrong = type(bug, (right,), WRONG[bug][0])
-    for kind in CAUGHT_BY[bug]:
-        for seed in SECRET_SEEDS:
-            message = failing_message(run_hidden_scenarios, {kind: _HIDDEN[kind]}, seed, wrong)
-            assert f"a hidden scenario failed: {kind}." in message, f"{kind}, seed {seed}: {message}"
+    hidden_proof.each_kind_catches(tier_routing.STORY.hidden, CAUGHT_BY[bug], wrong, failing_message)
 
 
 def test_release_says_not_implemented_yet(tmp_path):

@@ -11,7 +11,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 import run
 from paged_helpers.course_data import expected_figures
-from paged_helpers.demos.copy_on_write import fork_block_counts
+from paged_helpers.demos.cow import fork_block_counts
 from paged_helpers.demos.prefix import shared_prompt_run
 
 from conftest import NOTEBOOKS, solution

@@ -85,7 +85,7 @@ def test_progress_bar_redraws_only_on_change():
 
 
 def test_timeline_plot_has_both_panels(small_run):
-    from paged_helpers.plots.engine import plot_engine_timelines
+    from paged_helpers.plots.engine_timeline import plot_engine_timelines
 
     table, static, paged = small_run
     figure = plot_engine_timelines(

@@ -2,7 +2,7 @@
 
 * Each student's sandboxes (and checker) run in one cgroup of theirs, with the same CPU weight as
   every other student's, a memory cap and a process cap; cgroup v2 and v1 are found at run time
-  (``sandbox.find_hierarchies``, ``sandbox.student_leaf``).
+  (``bubblewrap.find_hierarchies``, ``bubblewrap.student_leaf``).
 * A clean run whose learner's process could not start, or that ran out of time beside other work,
   is "no verdict": the cell is run again alone (the final run), where a timeout is the student's
   and a process that still cannot start leaves the cell without a verdict (0, a note, a ``time``
@@ -27,14 +27,14 @@ import pytest
 
 from autograde_helpers import (
     AUTOGRADE,
+    bubblewrap,
     cell_of,
+    class_report,
     course,
     feedback_text,
     grading_env,
     instructor,
-    pgserver,
-    report,
-    sandbox,
+    throwaway_postgres,
     write_config,
     write_submission,
 )
@@ -56,10 +56,10 @@ def test_cgroup_v2_with_the_controllers_is_used_at_its_root_when_the_graders_own
     v2 = _hierarchy_folder(tmp_path / "v2", {"cgroup.procs": "", "cgroup.subtree_control": "cpu memory pids io"})
     _hierarchy_folder(v2 / "grader", {"cgroup.procs": "1\n", "cgroup.subtree_control": ""})
     mountinfo = f"41 23 0:38 / {v2} rw,relatime - cgroup2 cgroup2 rw\n"
-    found = sandbox.find_hierarchies(mountinfo, "0::/grader\n")
-    assert found == [sandbox.Hierarchy(v2, 2, frozenset({"cpu", "memory", "pids"}))]
-    files = found[0].limit_files(sandbox.StudentLimits())
-    assert files["cpu.weight"] == "100" and files["memory.max"] == str(sandbox.StudentLimits().memory_bytes)
+    found = bubblewrap.find_hierarchies(mountinfo, "0::/grader\n")
+    assert found == [bubblewrap.Hierarchy(v2, 2, frozenset({"cpu", "memory", "pids"}))]
+    files = found[0].limit_files(bubblewrap.StudentLimits())
+    assert files["cpu.weight"] == "100" and files["memory.max"] == str(bubblewrap.StudentLimits().memory_bytes)
 
 
 def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
@@ -75,10 +75,10 @@ def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
     )
     mountinfo += f"41 31 0:38 / {unified} rw,relatime - cgroup2 cgroup2 rw\n"
     own = "8:pids:/\n4:memory:/job/7\n1:cpu,cpuacct:/\n0::/\n"
-    found = {h.base: h for h in sandbox.find_hierarchies(mountinfo, own)}
+    found = {h.base: h for h in bubblewrap.find_hierarchies(mountinfo, own)}
     assert set(found) == {folders["cpu"], folders["memory"] / "job" / "7", folders["pids"]}
     assert all(h.version == 1 for h in found.values())
-    limits = sandbox.StudentLimits()
+    limits = bubblewrap.StudentLimits()
     assert found[folders["cpu"]].limit_files(limits) == {"cpu.shares": "1024"}
     assert found[folders["memory"] / "job" / "7"].limit_files(limits) == {
         "memory.limit_in_bytes": str(limits.memory_bytes)
@@ -87,17 +87,17 @@ def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
 
 
 def test_a_machine_without_writable_cgroups_has_none():
-    assert sandbox.find_hierarchies("", "0::/\n") == []
+    assert bubblewrap.find_hierarchies("", "0::/\n") == []
 
 
 def test_without_cgroups_grading_says_so_once_and_what_holds_the_students_instead(monkeypatch, capsys):
-    monkeypatch.setattr(sandbox, "hierarchies", lambda: ())
-    assert sandbox.fair_share_gaps() == ["cpu", "memory", "pids"]
-    leaf = sandbox.student_leaf(sandbox.Submission(Path("/nowhere"), "alice", A2))
+    monkeypatch.setattr(bubblewrap, "hierarchies", lambda: ())
+    assert bubblewrap.fair_share_gaps() == ["cpu", "memory", "pids"]
+    leaf = bubblewrap.student_leaf(bubblewrap.Submission(Path("/nowhere"), "alice", A2))
     assert leaf.path is None and leaf.enter_command() == [] and not leaf.caps_processes
     leaf.kill_all_and_remove()
-    monkeypatch.setattr(sandbox, "require_bwrap", lambda: "bwrap")
-    sandbox.configure(unsafe=False)
+    monkeypatch.setattr(bubblewrap, "require_bwrap", lambda: "bwrap")
+    bubblewrap.configure(unsafe=False)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith("NOTE fair share: no cgroup with cpu, memory, pids"), lines
     for words in ("RLIMIT_CPU", "RLIMIT_NPROC", "depend on the load", "README"):
@@ -105,19 +105,20 @@ def test_without_cgroups_grading_says_so_once_and_what_holds_the_students_instea
 
 
 needs_cgroups = pytest.mark.skipif(
-    bool(sandbox.fair_share_gaps()), reason=f"no student cgroup here: {sandbox.fair_share_note()}"
+    bool(bubblewrap.fair_share_gaps()), reason=f"no student cgroup here: {bubblewrap.fair_share_note()}"
 )
 
 
 @needs_cgroups
 def test_one_cgroup_per_student_holds_all_their_sandboxes_and_goes_with_the_last(tmp_path):
-    alice = sandbox.Submission(tmp_path, "alice", A2)
-    bob = sandbox.Submission(tmp_path, "bob", A2)
-    kernel, learner, other = sandbox.student_leaf(alice), sandbox.student_leaf(alice), sandbox.student_leaf(bob)
+    alice = bubblewrap.Submission(tmp_path, "alice", A2)
+    bob = bubblewrap.Submission(tmp_path, "bob", A2)
+    kernel, learner = bubblewrap.student_leaf(alice), bubblewrap.student_leaf(alice)
+    other = bubblewrap.student_leaf(bob)
     try:
         assert kernel.path.parent == learner.path.parent != other.path.parent
         for path in kernel.paths:  # every hierarchy: a leaf under the student's group
-            assert path.parent.name.startswith(sandbox.CGROUP_PREFIX)
+            assert path.parent.name.startswith(bubblewrap.CGROUP_PREFIX)
         spinner = subprocess.Popen([*kernel.enter_command(), sys.executable, "-c", "while True: pass"])
         for _ in range(50):
             if str(spinner.pid) in (kernel.path / "cgroup.procs").read_text().split():
@@ -141,9 +142,9 @@ class _StarvedZygote:
     """A learner's zygote that cannot start a process, or whose process never answers in time."""
 
     def __init__(self, starts: bool):
-        from autograde_helpers import opinion_runner
+        from autograde_helpers import checker
 
-        self.starts, self.peer_gone = starts, opinion_runner.PeerGone
+        self.starts, self.peer_gone = starts, checker.PeerGone
         self.flags, self.deadline, self.broken = [], None, False  # as the started process's peer
 
     def cell(self, request, deadline):
@@ -168,20 +169,20 @@ CELL = {"grade_id": "t", "calls": [{"check": "check_block_allocator", "args": [[
 
 @pytest.mark.parametrize("final", [False, True])
 def test_a_learners_process_that_cannot_start_is_no_verdict_even_on_the_final_run(final):
-    from autograde_helpers import opinion_runner
+    from autograde_helpers import checker
 
     spec = {"notebook": "n.ipynb", "timeout": 5, "final": final}
-    verdict = opinion_runner.run_cell(CELL, spec, _StarvedZygote(starts=False), fresh=True)
+    verdict = checker.run_cell(CELL, spec, _StarvedZygote(starts=False), fresh=True)
     assert verdict["no_verdict"] is True and not verdict["passed"], verdict
     assert "did not start" in verdict["message"]
 
 
 def test_checks_out_of_time_are_no_verdict_until_the_final_run_where_they_fail():
-    from autograde_helpers import opinion_runner
+    from autograde_helpers import checker
 
-    first = opinion_runner.run_cell(CELL, {"notebook": "n", "timeout": 0.05}, _StarvedZygote(True), fresh=True)
+    first = checker.run_cell(CELL, {"notebook": "n", "timeout": 0.05}, _StarvedZygote(True), fresh=True)
     assert first.get("no_verdict") is True, first
-    final = opinion_runner.run_cell(CELL, {"notebook": "n", "timeout": 0.05, "final": True}, _StarvedZygote(True), True)
+    final = checker.run_cell(CELL, {"notebook": "n", "timeout": 0.05, "final": True}, _StarvedZygote(True), True)
     assert not final.get("no_verdict") and not final["passed"] and "ran longer than" in final["message"], final
 
 
@@ -309,23 +310,23 @@ def grader_cpu_group():
     """A command prefix that runs a grader in a cpu cgroup of its own, as in a systemd unit or a
     container. (Where the grader is in the root cpu group, as on this test machine, the scheduler's
     autogroups give each session a share, which hides what a spinning student does elsewhere.)"""
-    hierarchy = next(h for h in sandbox.hierarchies() if "cpu" in h.controllers)
-    path = hierarchy.base / f"{sandbox.CGROUP_PREFIX}{sandbox.owner_tag()}-grader"
+    hierarchy = next(h for h in bubblewrap.hierarchies() if "cpu" in h.controllers)
+    path = hierarchy.base / f"{bubblewrap.CGROUP_PREFIX}{bubblewrap.owner_tag()}-grader"
     path.mkdir()
     try:
         yield ["/bin/sh", "-c", f'echo $$ > {path / "cgroup.procs"} && exec "$@"', "grader"]
     finally:
-        sandbox.remove_cgroup(path)
+        bubblewrap.remove_cgroup(path)
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    reason = pgserver.unavailable_reason()
+    reason = throwaway_postgres.unavailable_reason()
     if reason:
         pytest.skip(f"PostgreSQL is not available here: {reason}")
-    if sandbox.fair_share_gaps():
-        pytest.skip(f"no student cgroup here: {sandbox.fair_share_note()}")
-    server = pgserver.ThrowawayPostgres().start()
+    if bubblewrap.fair_share_gaps():
+        pytest.skip(f"no student cgroup here: {bubblewrap.fair_share_note()}")
+    server = throwaway_postgres.ThrowawayPostgres().start()
     try:
         root = tmp_path_factory.mktemp("fair") / "course"
         write_config(
@@ -356,7 +357,7 @@ def graded(tmp_path_factory):
         spinner = nbformat.read(root / "autograded" / "spinner" / A2 / f"{A2}.ipynb", as_version=4)
         spun = "".join(output.get("text", "") for output in spinner.cells[0].outputs)
         scores = {}
-        for row in report.autograded_scores(server.url):
+        for row in class_report.autograded_scores(server.url):
             score, maximum = scores.get(row.student, (0.0, 0.0))
             scores[row.student] = (score + row.score, maximum + row.max_score)
         yield {"root": root, "grade": grade, "feedback": feedback, "scores": scores, "seconds": seconds, "spun": spun}

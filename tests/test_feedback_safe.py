@@ -1,6 +1,6 @@
 """Nothing a student's notebook shows runs in the browser of whoever opens it (issue 36).
 
-``paged_grading.safe_outputs.SafeOutputs`` runs late in autograde (the autograded notebook that
+``paged_grading.preprocessors.safe_outputs.SafeOutputs`` runs late in autograde (the autograded notebook that
 formgrader renders for the instructor) and again in feedback (the page the student opens):
 
 * unit tests: each way a notebook can carry a script (``text/html`` with ``<script>``, an
@@ -27,8 +27,8 @@ from html import unescape
 import nbformat
 import pytest
 import tinycss2
-from paged_grading import safe_outputs
-from paged_grading.safe_outputs import SHOWN_AS_TEXT, SafeOutputs, clean_html, is_inert, safe_markdown
+from paged_grading.preprocessors import safe_outputs
+from paged_grading.preprocessors.safe_outputs import SHOWN_AS_TEXT, SafeOutputs, clean_html, is_inert, safe_markdown
 
 from conftest import NOTEBOOKS, solution
 

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from autograde_helpers import AUTOGRADE, collect, course, course_script, feedback_files, second_opinion, write_config
+from autograde_helpers import AUTOGRADE, collect, course, course_script, feedback_files, runners, write_config
 
 
 def _refused(root, *command):
@@ -49,7 +49,7 @@ def test_a_config_nbgrader_would_ignore_is_refused(tmp_path, config, words):
 
 
 def _course(tmp_path):
-    from paged_grading import course_files
+    from paged_grading.administration import course_files
 
     root = tmp_path / "course"
     write_config(root)
@@ -155,7 +155,7 @@ def test_links_in_submitted_are_removed_before_nbgrader_copies_them(tmp_path, mo
         return 0
 
     monkeypatch.setattr(course_py, "nbgrader", fake_nbgrader)
-    monkeypatch.setattr(course_py.sandbox, "configure", lambda unsafe: None)  # nothing runs: nbgrader is faked
+    monkeypatch.setattr(course_py.bubblewrap, "configure", lambda unsafe: None)  # nothing runs: nbgrader is faked
     course_py.main(["--root", str(root), "grade", assignment])
     assert seen_by_nbgrader == [[f"{assignment}.ipynb"]]
     assert key.read_text() == "the course key"
@@ -172,7 +172,7 @@ def test_a_verdict_already_in_the_pipe_counts_however_late_it_is_read():
     lines = [{"request": 1, "started": time.monotonic()}, {"request": 1, "results": results}]
     prints = "".join(f"print({json.dumps(json.dumps(line))})\n" for line in lines)
     script = f"import sys\n{prints}sys.stdout.flush()\n"
-    runner = object.__new__(second_opinion.StudentRunner)
+    runner = object.__new__(runners.StudentRunner)
     runner.process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     runner.pending = b""
     runner.process.wait()
@@ -184,7 +184,7 @@ def test_a_verdict_already_in_the_pipe_counts_however_late_it_is_read():
 
 
 def test_a_runner_that_never_answers_is_given_up_on_at_its_deadline():
-    runner = object.__new__(second_opinion.StudentRunner)
+    runner = object.__new__(runners.StudentRunner)
     runner.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE)
     runner.pending = b""
     started = time.monotonic()

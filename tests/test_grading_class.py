@@ -2,7 +2,7 @@
 
 One class, graded once (module fixture) through ``course.py collect -> grade -> feedback ->
 report`` on notebooks 01 and 02. Where Debian's PostgreSQL is installed, the gradebook is a
-throwaway PostgreSQL server (``paged_grading.pgserver``: started as the ``postgres`` user when
+throwaway PostgreSQL server (``paged_grading.administration.throwaway_postgres``: started as the ``postgres`` user when
 the tests run as root, socket in a temporary folder) and ``grade --jobs 2`` grades two students
 at a time; otherwise the same class is graded serially into SQLite and the PostgreSQL test is
 skipped, saying why. Each honest case asserts the score it deserves:
@@ -37,8 +37,8 @@ from autograde_helpers import (
     graded_course,
     insert_cell_after,
     instructor,
-    pgserver,
     released,
+    throwaway_postgres,
 )
 
 pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
@@ -98,8 +98,8 @@ def _solution_id(assignment: str) -> str:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    reason = pgserver.unavailable_reason()
-    server = None if reason else pgserver.ThrowawayPostgres().start()
+    reason = throwaway_postgres.unavailable_reason()
+    server = None if reason else throwaway_postgres.ThrowawayPostgres().start()
     try:
         config = {"FairExecute.timeout": TIMEOUT, "FairExecute.responsive_grace": 5}
         if server:

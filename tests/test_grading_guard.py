@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from autograde_helpers import ROOT, guard, kernel_guard, outputs
+from autograde_helpers import ROOT, guard, kernel_guard, outputs, package_copies
 
 
 @pytest.fixture
 def snapshot(tmp_path):
     package = tmp_path / "site" / "paged_helpers"
     shutil.copytree(ROOT / "paged_helpers", package, ignore=shutil.ignore_patterns("__pycache__"))
-    taken = guard.HelperSnapshot(package)
+    taken = package_copies.HelperSnapshot(package)
     yield taken
     taken.clean_up()
 
@@ -76,7 +76,7 @@ def test_test_cells_import_the_copy_compiled_once_by_the_grader(snapshot):
     )
     script += guard.preamble(root, digest) + textwrap.dedent(
         """
-        import paged_helpers.checks.allocator, paged_helpers.checks.kernels.attention
+        import paged_helpers.checks.allocator, paged_helpers.checks.kernels.paged_attention
         print("COMPILED", [p for p in compiled if "paged_helpers" in p])
         """
     )
@@ -190,7 +190,7 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewr
 
 def _student_course(tmp_path, student="alice", assignment="02_block_allocator", notebook=None):
     """A course root with one student's submission and autograded scratch, plus secrets beside it."""
-    from autograde_helpers import sandbox
+    from autograde_helpers import bubblewrap
 
     root = tmp_path / "course"
     for part in ("source/" + assignment, f"submitted/{student}/{assignment}", f"autograded/{student}/{assignment}"):
@@ -202,20 +202,20 @@ def _student_course(tmp_path, student="alice", assignment="02_block_allocator", 
         import nbformat
 
         nbformat.write(notebook, root / "submitted" / student / assignment / f"{assignment}.ipynb")
-    return sandbox.Submission(root, student, assignment)
+    return bubblewrap.Submission(root, student, assignment)
 
 
 @needs_bwrap
 def test_the_sandbox_hides_the_course_and_the_network(tmp_path):
     """Only the student's submission is there; the kernel's autograded folder is a discarded scratch
     (the real one, with the notebook whose hidden tests nbgrader restored, is never mounted)."""
-    from autograde_helpers import sandbox
+    from autograde_helpers import bubblewrap
 
     submission = _student_course(tmp_path)
     real = submission.scratch / f"{submission.assignment}.ipynb"
     real.write_text("### BEGIN HIDDEN TESTS\nsecret\n")
     (submission.root / "submitted" / "alice" / submission.assignment / "notes.txt").write_text("my notes")
-    box = sandbox.Sandbox(submission)
+    box = bubblewrap.Sandbox(submission)
     probe = textwrap.dedent(
         f"""
         import os, socket, paged_helpers
@@ -258,7 +258,7 @@ def test_the_sandbox_keeps_none_of_the_graders_credentials(tmp_path, monkeypatch
     """The grader's environment is the instructor's: on a JupyterHub it holds the hub's API token, and a
     gradebook password may be there. A cell that prints ``os.environ`` prints into the feedback, so a
     sandboxed process sees only what configures Python, Jupyter, torch and the course."""
-    from autograde_helpers import sandbox
+    from autograde_helpers import bubblewrap
 
     secrets = {
         "JUPYTERHUB_API_TOKEN": "the instructor's hub token",
@@ -270,7 +270,7 @@ def test_the_sandbox_keeps_none_of_the_graders_credentials(tmp_path, monkeypatch
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PAGED_HELPERS_AUDIT_PROBE", "kept")
-    box = sandbox.Sandbox(_student_course(tmp_path))
+    box = bubblewrap.Sandbox(_student_course(tmp_path))
     probe = "import json, os; print(json.dumps(dict(os.environ)))"
     try:
         done = subprocess.run([*box.prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -285,7 +285,7 @@ def test_the_sandbox_keeps_none_of_the_graders_credentials(tmp_path, monkeypatch
 
 
 def test_check_calls_are_read_as_data_never_run(tmp_path):
-    from autograde_helpers import second_opinion
+    from autograde_helpers import second_opinion, secret_seeds
 
     source = (
         guard.preamble(*_fake_guard_root(tmp_path))
@@ -297,21 +297,21 @@ def test_check_calls_are_read_as_data_never_run(tmp_path):
     visible = {"check": "check_block_allocator", "args": [["name", "BlockAllocator"]], "kwargs": {}, "hidden": False}
     hidden_call = {**visible, "kwargs": {"seed": 2026}, "hidden": True}
     assert calls == [visible, hidden_call]
-    seed = second_opinion.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
-    assert seed == second_opinion.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
-    assert seed != second_opinion.secret_seed(tmp_path, "bob", "02_block_allocator", "test_block_allocator")
-    assert second_opinion.with_secret_seeds(calls, seed) == [visible, {**hidden_call, "kwargs": {"seed": seed}}]
+    seed = secret_seeds.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
+    assert seed == secret_seeds.secret_seed(tmp_path, "alice", "02_block_allocator", "test_block_allocator")
+    assert seed != secret_seeds.secret_seed(tmp_path, "bob", "02_block_allocator", "test_block_allocator")
+    assert secret_seeds.with_secret_seeds(calls, seed) == [visible, {**hidden_call, "kwargs": {"seed": seed}}]
     for bad in ("import os\n", "x = check_block_allocator(A)\n", "ph.checks.check_x(A)\n", "check_x(A, seed=f())\n"):
         with pytest.raises((second_opinion.UnsupportedTest, ValueError)):
             second_opinion.check_calls(bad)
 
 
 def test_feedback_outputs_never_show_hidden_lines_or_parameters():
-    from autograde_helpers import hidden
+    from autograde_helpers import hidden_tests
 
     source = "check_x(A)\n### BEGIN HIDDEN TESTS\ncheck_x(A, seed=2026, pool=13)\n### END HIDDEN TESTS\n"
-    lines = hidden.hidden_lines(source)
-    scrub = hidden.Scrubber(lines, hidden.hidden_parameters(lines))
+    lines = hidden_tests.hidden_lines(source)
+    scrub = hidden_tests.Scrubber(lines, hidden_tests.hidden_parameters(lines))
     text = "In[7]: check_x(A, seed=2026, pool=13)\nfailed with seed 2026 on a pool: 13 (block 2026 stays)"
     assert scrub(text) == "In[7]: [hidden test]\nfailed with seed (hidden) on a pool: (hidden) (block 2026 stays)"
 
@@ -384,14 +384,14 @@ CLEAN_RUN_CASES = {
 def test_the_clean_run_judges_the_definitions_and_flags_tampering(tmp_path, case):
     import json
 
-    from autograde_helpers import second_opinion
+    from autograde_helpers import runners, second_opinion
 
     make, edits, passes, flag = CLEAN_RUN_CASES[case]
     submission = _student_course(tmp_path, notebook=make(**edits))
     notebook_path = submission.root / "submitted" / "alice" / "02_block_allocator" / "02_block_allocator.ipynb"
     calls = second_opinion.check_calls("check_block_allocator(BlockAllocator, seed=5)\n")
     spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 120}
-    verdict = second_opinion.run_runner(submission, spec, budget=300)["t"]
+    verdict = runners.run_runner(submission, spec, budget=300)["t"]
     assert verdict["passed"] is passes, json.dumps(verdict)
     if flag:
         assert any(flag in f for f in verdict["flags"]), verdict
@@ -403,7 +403,7 @@ def test_one_runner_serves_a_submission_and_each_notebook_starts_clean(tmp_path)
     and what a child left in the sandbox's /tmp is gone before that notebook's children run."""
     import nbformat
 
-    from autograde_helpers import second_opinion
+    from autograde_helpers import runners, second_opinion
 
     submission = _student_course(
         tmp_path, notebook=_allocator_submission('        open("/tmp/planted", "w").write("x")')
@@ -415,16 +415,16 @@ def test_one_runner_serves_a_submission_and_each_notebook_starts_clean(tmp_path)
     )
     calls = second_opinion.check_calls("check_block_allocator(BlockAllocator, seed=5)\n")
     verdicts = []
-    runners = []
+    pids = []
     try:
         for path in (folder / "02_block_allocator.ipynb", later):
             spec = {"notebook": str(path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 120}
-            job = second_opinion.NotebookJob(submission, spec, budget=300)
-            runners.append(job.runner.process.pid)
+            job = runners.NotebookJob(submission, spec, budget=300)
+            pids.append(job.runner.process.pid)
             verdicts.append(job.verdicts()["t"])
     finally:
-        second_opinion._stop_all_runners()
-    assert runners[0] == runners[1]
+        runners._stop_all_runners()
+    assert pids[0] == pids[1]
     assert not verdicts[0]["passed"] and any("for writing" in f for f in verdicts[0]["flags"]), verdicts[0]
     assert verdicts[1]["passed"], verdicts[1]
 
@@ -457,14 +457,14 @@ def _warmup_submission(launcher_line: str = "", kernel_body: str = ""):
 def test_the_kernel_is_judged_whatever_the_launcher_does(tmp_path, edits, passes):
     """In 06 the launchers are given and never judged: the check launches the kernel itself, so a
     kernel that does nothing fails whatever the launcher computes around it (issue 35)."""
-    from autograde_helpers import second_opinion
+    from autograde_helpers import runners, second_opinion
 
     assignment = "06_triton_warmup"
     submission = _student_course(tmp_path, assignment=assignment, notebook=_warmup_submission(**edits))
     notebook_path = submission.root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
     calls = second_opinion.check_calls("check_scale_kernel(scale_kernel)\n")
     spec = {"notebook": str(notebook_path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": 300}
-    verdict = second_opinion.run_runner(submission, spec, budget=400)["t"]
+    verdict = runners.run_runner(submission, spec, budget=400)["t"]
     assert verdict["passed"] is passes, verdict
     if not passes:
         assert "never written" in verdict["message"], verdict
@@ -474,10 +474,10 @@ def test_the_kernel_is_judged_whatever_the_launcher_does(tmp_path, edits, passes
 
 GRADER_THAT_GETS_KILLED = """
 import subprocess, sys, time
-from paged_grading import sandbox
+from paged_grading.sandbox import bubblewrap
 from pathlib import Path
-box = sandbox.Sandbox(sandbox.Submission(Path({root!r}), "alice", "02_block_allocator"))
-sandbox.install_signal_cleanup()
+box = bubblewrap.Sandbox(bubblewrap.Submission(Path({root!r}), "alice", "02_block_allocator"))
+bubblewrap.install_signal_cleanup()
 kernel = subprocess.Popen([*box.prefix, sys.executable, "-c", "import time; time.sleep(120)"])
 print(box.private, box.cgroup.path or "", kernel.pid, flush=True)
 time.sleep(120)
@@ -511,20 +511,20 @@ def _gone(pid: int, seconds: float = 10) -> bool:
 @needs_bwrap
 def test_a_killed_grader_leaves_nothing_after_the_next_sandbox(tmp_path):
     """SIGKILL (a timeout, the OOM killer): no clean-up runs; the next sandbox sweeps the leftovers."""
-    from autograde_helpers import sandbox
+    from autograde_helpers import bubblewrap
 
     grader, private, cgroup, kernel = _start_grader(tmp_path)
     assert private.is_dir()
     grader.kill()
     grader.wait(timeout=30)
     assert private.is_dir()  # nothing could clean up after SIGKILL
-    box = sandbox.Sandbox(_student_course(tmp_path / "next"))
+    box = bubblewrap.Sandbox(_student_course(tmp_path / "next"))
     try:
         assert _gone(kernel), "the sandboxed kernel outlived its grader and the sweep"
         assert not private.exists(), "the dead grader's sandbox folder was not swept"
         assert cgroup is None or not cgroup.exists(), "the dead grader's cgroup was not swept"
         assert box.private.is_dir()  # a live sandbox is never swept, by itself or another one
-        assert box.private not in sandbox.sweep()
+        assert box.private not in bubblewrap.sweep()
     finally:
         box.close()
     assert not box.private.exists()

@@ -18,8 +18,8 @@ from nbformat.notebooknode import NotebookNode
 from autograde_helpers import (
     NOTEBOOKS,
     collect,
-    coursedb,
     feedback_files,
+    gradebook,
     instructor,
     outputs,
     sanitize,
@@ -187,6 +187,6 @@ def test_files_over_the_limit_leave_feedback_with_a_note(tmp_path):
 def test_the_gradebook_url_comes_from_the_course_config(tmp_path, configured):
     root = tmp_path / "course"
     write_config(root, **({"CourseDirectory.db_url": configured} if configured else {}))
-    url = coursedb.db_url(root)
+    url = gradebook.db_url(root)
     assert url == (configured or f"sqlite:///{root / 'gradebook.db'}")
-    assert coursedb.allows_concurrent_writers(url) == bool(configured)
+    assert gradebook.allows_concurrent_writers(url) == bool(configured)

@@ -31,7 +31,7 @@ def test_handout_matches_the_notebooks_metadata(path):
         assert any(cell in text for cell in row), meta["grade_id"]
     for name, info in REGISTRY.items():
         assert (f"`{name}`" in text) == (info.notebook == path.stem), name
-    assert path.stem in handout.HOURS
+    assert handout.course_facts(path)["hours"] in text
 
 
 def test_a_changed_point_value_makes_the_handout_stale(tmp_path):
@@ -43,3 +43,13 @@ def test_a_changed_point_value_makes_the_handout_stale(tmp_path):
     assert handout.main(["--check"], tmp_path) == 1
     assert handout.main([], tmp_path) == 0
     assert handout.main(["--check"], tmp_path) == 0
+
+
+def test_a_notebook_without_its_hours_is_refused_by_name(tmp_path):
+    """A notebook brings its own hand-written facts (metadata.course); nothing in the package lists notebooks."""
+    notebook = json.loads((NOTEBOOKS / "02_block_allocator.ipynb").read_text(encoding="utf-8"))
+    del notebook["metadata"]["course"]
+    copy = tmp_path / "12_new_notebook.ipynb"
+    copy.write_text(json.dumps(notebook), encoding="utf-8")
+    with pytest.raises(ValueError, match="12_new_notebook.ipynb: metadata.course needs 'hours'"):
+        handout.course_facts(copy)

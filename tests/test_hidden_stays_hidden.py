@@ -26,7 +26,7 @@ from autograde_helpers import (
     instructor,
     replace_in_cell,
     scores_of,
-    second_opinion,
+    secret_seeds,
     write_submission,
 )
 from conftest import solution
@@ -96,8 +96,8 @@ def graded(tmp_path_factory):
     # The tuned student's first submission drew its hidden scenarios from this seed; the tuned
     # resubmission below is right on exactly the pools of that draw (what the leak would have told).
     submitted = root / "submitted" / "tuned" / A / f"{A}.ipynb"
-    digest = second_opinion.submission_digest(submitted)
-    first_seed = second_opinion.secret_seed(root, "tuned", A, A, digest, CELL)
+    digest = secret_seeds.submission_digest(submitted)
+    first_seed = secret_seeds.secret_seed(root, "tuned", A, A, digest, CELL)
     pools = _pools_of_the_hidden_draw(first_seed)
     import nbformat
 
@@ -139,12 +139,12 @@ def test_the_secret_seed_follows_the_submitted_bytes(tmp_path):
     """A regrade of the same bytes draws the same scenarios; other bytes, or another student, others."""
     names = ("alice", A, A)
     one, other = "a" * 64, "b" * 64
-    seed = second_opinion.secret_seed(tmp_path, *names, one, CELL)
-    assert seed == second_opinion.secret_seed(tmp_path, *names, one, CELL)
-    assert seed != second_opinion.secret_seed(tmp_path, *names, other, CELL)
-    assert seed != second_opinion.secret_seed(tmp_path, "bob", A, A, one, CELL)
-    family = second_opinion.seed_family(tmp_path, *names, one)
-    assert family == second_opinion.seed_family(tmp_path, *names, one) != second_opinion.seed_family(
+    seed = secret_seeds.secret_seed(tmp_path, *names, one, CELL)
+    assert seed == secret_seeds.secret_seed(tmp_path, *names, one, CELL)
+    assert seed != secret_seeds.secret_seed(tmp_path, *names, other, CELL)
+    assert seed != secret_seeds.secret_seed(tmp_path, "bob", A, A, one, CELL)
+    family = secret_seeds.seed_family(tmp_path, *names, one)
+    assert family == secret_seeds.seed_family(tmp_path, *names, one) != secret_seeds.seed_family(
         tmp_path, *names, other
     )
     assert str(seed) not in family
@@ -155,7 +155,7 @@ def test_a_hidden_failure_says_the_kind_and_nothing_the_learner_wrote():
     """Parts, not text: the learner's message, printed lines and own class name stay out; a hint's
     numbers are left out, its 0s and 1s kept (they are the rule's)."""
     from paged_helpers.checks.speaking.failure import CheckFailed, Finding, LearnerWords
-    from paged_helpers.checks.speaking.report import hidden_failure
+    from paged_helpers.checks.speaking.hidden import hidden_failure
 
     class Pool37Error(Exception):
         pass
@@ -176,9 +176,9 @@ def test_a_hidden_failure_says_the_kind_and_nothing_the_learner_wrote():
 def test_the_checker_sends_a_hidden_call_s_stray_exception_by_its_type_alone():
     """An exception that reached the check uncaught in a hidden call (a property of the learner's
     that raised, say) crosses to the grader as its Python type, never its message."""
-    from autograde_helpers import opinion_runner
+    from autograde_helpers import checker
 
-    verdict = opinion_runner.failure_verdict(KeyError("pools [37, 41]"), hidden=True)
+    verdict = checker.failure_verdict(KeyError("pools [37, 41]"), hidden=True)
     assert "37" not in str(verdict) and verdict["failure"]["learner"]["error_type"] == "KeyError", verdict
-    visible = opinion_runner.failure_verdict(KeyError("pools [37, 41]"), hidden=False)
+    visible = checker.failure_verdict(KeyError("pools [37, 41]"), hidden=False)
     assert "37" in visible["message"]  # a visible call's message is the learner's to read

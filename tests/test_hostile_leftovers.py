@@ -36,7 +36,7 @@ from autograde_helpers import (
     instructor,
     released,
     scores_of,
-    second_opinion,
+    secret_seeds,
     write_submission,
 )
 
@@ -167,7 +167,7 @@ def hostile_class(tmp_path_factory):
     for student, notebook in _submissions().items():
         write_submission(folder, student, {A: notebook})
     course(root, "collect", str(folder))
-    second_opinion.secret_seed(root, "course key")  # the course key exists before grading, as in a course
+    secret_seeds.secret_seed(root, "course key")  # the course key exists before grading, as in a course
     secrets = {
         "key": root / ".hidden_seed_key",
         "config": root / "nbgrader_config.py",
@@ -240,7 +240,7 @@ def test_no_secret_in_any_feedback_file_in_any_encoding(hostile_class):
     root = hostile_class["root"]
     key = (root / ".hidden_seed_key").read_text().strip()
     secrets = {"the course key": key, **{f"hidden test {line!r}": line for line in _hidden_lines()}}
-    secrets["the config's preprocessors"] = "paged_grading.second_opinion.StartSecondOpinion"
+    secrets["the config's preprocessors"] = "paged_grading.preprocessors.second_opinion.StartSecondOpinion"
     files = _feedback_files(root)
     assert files
     for path in files:

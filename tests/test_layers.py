@@ -1,16 +1,18 @@
 """The package's layers, read from its imports (issue 24): the folder tree is the map, this test the law.
 
     running        runs the learner's code apart (child processes, the launch watcher, the GPU compile)
-    learner_view   the one place checks meet the learner's objects (here, or across the wire)
+    learner_view   the learner's objects, here or across the wire
     checks         scenarios, references and verdicts: one module (or a few) per notebook, on
-        reading    how a check reads the learner's values and objects, strictly (calls, snapshots, pools)
-        speaking   how a check speaks: the @check registry, pass lines, failures and hints
+        registry   the @check decorator and REGISTRY
+        reading    how a check reads the learner's values and objects, strictly (calls, snapshots, pools);
+                   its ``learner_code`` is the one door to ``learner_view`` and ``running``
+        speaking   how a check speaks: failures and hints, pass lines, hidden scenarios
     demos          the figures behind run.py
 
 A layer imports only the layers below it: ``running`` knows nothing of views, checks or demos;
 ``learner_view`` (which the learner's process holds whole while grading) nothing of checks,
 references or demos; ``checks`` nothing of demos or widgets; and no module of any package imports
-itself around a loop (``report`` and ``strict``, ``model`` and ``checkpoint`` once did). The
+itself around a loop (``speaking.report`` and ``strict``, ``model`` and ``checkpoint`` once did). The
 contracts are import-linter's, in pyproject.toml; every import counts, at the top of a module and
 inside a function.
 """
@@ -34,12 +36,13 @@ def _lint(*args: str) -> subprocess.CompletedProcess:
 def test_the_layer_and_cycle_contracts_hold():
     done = _lint()
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "5 kept, 0 broken" in done.stdout, done.stdout[-2000:]
+    assert "7 kept, 0 broken" in done.stdout, done.stdout[-2000:]
 
 
 def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
-    """The contracts can fail: a copy of the package where ``failure`` imports ``report`` back,
-    ``speaking`` imports ``reading`` and ``running`` imports a check."""
+    """The contracts can fail: a copy of the package where ``failure`` imports ``hidden`` back,
+    ``speaking`` imports ``reading``, ``running`` imports a check, and a notebook's check opens a
+    second door to the learner (``learner_view`` itself)."""
     import shutil
 
     copy = tmp_path / "project"
@@ -48,11 +51,13 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
     )
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     with open(copy / "paged_helpers" / "checks" / "speaking" / "failure.py", "a") as handle:
-        handle.write("\nfrom . import report  # a cycle\n")
-    with open(copy / "paged_helpers" / "checks" / "speaking" / "report.py", "a") as handle:
+        handle.write("\nfrom . import hidden  # a cycle\n")
+    with open(copy / "paged_helpers" / "checks" / "speaking" / "hidden.py", "a") as handle:
         handle.write("\nfrom ..reading import strict  # speaking reads the learner\n")
     with open(copy / "paged_helpers" / "running" / "graded.py", "a") as handle:
-        handle.write("\nfrom ..checks.speaking import report  # upward\n")
+        handle.write("\nfrom ..checks.speaking import hidden  # upward\n")
+    with open(copy / "paged_helpers" / "checks" / "allocator.py", "a") as handle:
+        handle.write("\nfrom ..learner_view.remote import plain  # a second door\n")
     done = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache"],
         cwd=copy,
@@ -63,9 +68,10 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode != 0, done.stdout
-    assert "2 kept, 3 broken" in done.stdout, done.stdout[-3000:]
-    assert "paged_helpers.checks.speaking.report -> paged_helpers.checks.reading.strict" in done.stdout, done.stdout
-    assert ".failure -> .report" in done.stdout or ".report -> .failure" in done.stdout, done.stdout
+    assert "3 kept, 4 broken" in done.stdout, done.stdout[-3000:]
+    assert "paged_helpers.checks.speaking.hidden -> paged_helpers.checks.reading.strict" in done.stdout, done.stdout
+    assert ".failure -> .hidden" in done.stdout or ".hidden -> .failure" in done.stdout, done.stdout
+    assert "paged_helpers.checks.allocator -> paged_helpers.learner_view.remote" in done.stdout, done.stdout
     assert "paged_helpers.running.graded" in done.stdout, done.stdout
 
 

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
-from paged_grading import publish, workspace
+from paged_grading.administration import publish, workspace
 
 import paged_helpers as ph
 from paged_helpers.checks import check_block_allocator, check_copy_on_write, check_physical_slot
@@ -27,7 +27,7 @@ from paged_helpers.checks.speaking.failure import CheckFailed, NotImplementedYet
 from paged_helpers.notebook_loader import NotebookLoadError, load_from_notebook
 from paged_helpers.running.graded import GRADED_ENV
 
-from autograde_helpers import kernel_guard
+from autograde_helpers import checker, kernel_guard, learner_host
 from conftest import NOTEBOOKS, ROOT, solution, strip_ansi
 from student_release import write_release
 
@@ -234,8 +234,8 @@ def test_the_grading_guard_marks_its_runs_as_graded():
     assert kernel_guard.GRADED_ENV == GRADED_ENV
     source = Path(kernel_guard.__file__).read_text()
     assert "os.environ[GRADED_ENV] = \"1\"" in source
-    for script in ("opinion_runner.py", "learner_host.py"):  # the clean run's checker and learner process
-        runner = (Path(kernel_guard.__file__).parent / script).read_text()
+    for module in (checker, learner_host):  # the clean run's checker and learner process
+        script, runner = Path(module.__file__).name, Path(module.__file__).read_text()
         marked = runner.index(f'os.environ["{GRADED_ENV}"] = "1"')
         assert marked < runner.index("import paged_helpers"), f"{script} is graded before the package is imported"
 

@@ -421,7 +421,7 @@ def test_a_read_ahead_keeps_no_tensor_and_stops_at_its_limit():
 _FORGED_READER = """
 import torch
 import paged_helpers.learner_view.peer as _peer
-from paged_helpers.learner_view import sending
+from paged_helpers.learner_view import crossing
 
 
 class _Forger:  # a class body runs when the definitions load: it replaces its own process's reader
@@ -429,7 +429,7 @@ class _Forger:  # a class body runs when the definitions load: it replaces its o
         return [
             [obj, "size", "value", [1, 2]],  # a list by value, where a read brings a list by reference
             [obj, "parent", "ref", 5],  # a reference to what is not a container
-            [obj, "tokens", "ref", sending.ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
+            [obj, "tokens", "ref", crossing.ByReference(obj.tokens), torch.zeros(2)],  # a tensor as its contents
             "not a record",
         ]
 

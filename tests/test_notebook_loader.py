@@ -125,7 +125,7 @@ def test_checks_name_the_earlier_notebook_that_is_unfinished(tmp_path):
 _CLEAN_RUN_OF_A_V3_NOTEBOOK = """
 import sys
 sys.path[:0] = [sys.argv[2]]  # this tree's paged_helpers
-from paged_grading import learner_host  # records the import system, as the clean run's learner process does
+from paged_grading.clean_run import learner_host  # records the import system, as the clean run's learner process does
 from paged_helpers.notebook_loader import load_definitions
 
 module = load_definitions(sys.argv[1], module_name="learner_submission")

@@ -24,7 +24,7 @@ from plot_support import (
 )
 
 from paged_helpers.plots import kernel_walk, radix_tree
-from paged_helpers.plots.engine import HELD_BINS, held_over_time, plot_engine_timelines
+from paged_helpers.plots.engine_timeline import HELD_BINS, held_over_time, plot_engine_timelines
 from paged_helpers.serving.metrics import EngineMetrics, StepRecord
 
 # --------------------------------------------------------------------------- 08: the timeline

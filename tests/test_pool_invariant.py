@@ -9,13 +9,13 @@ import pytest
 
 from paged_helpers.checks import CheckFailed, NotImplementedYet
 from paged_helpers.checks.reading.calls import expect_raise
-from paged_helpers.checks.reading.pool_accounts import block_holders, ceil_div, expect_all_free, expect_pool_matches
-from paged_helpers.checks.reading.pool_invariant import PoolReading
+from paged_helpers.checks.reading.ledger import Ledger, ceil_div, expect_all_free, expect_pool_matches, read_pool
 from paged_helpers.checks.reading.snapshot import CacheSnapshot, expect_refused
+from paged_helpers.pool_invariant import PoolReading
 
 
 def test_a_consistent_pool_has_no_problem():
-    reading = PoolReading.of(SimpleNamespace(refs=[1, 0, 2, 0], free=deque([3, 1]), num_free=2))
+    reading = read_pool(SimpleNamespace(refs=[1, 0, 2, 0], free=deque([3, 1]), num_free=2))
     assert reading.twice_on_free_list() == reading.free_but_referenced() == reading.lost() == []
     assert reading.num_free_agrees()
     assert [reading.block_problem(b) for b in range(4)] == [""] * 4
@@ -92,8 +92,15 @@ def test_one_logit_tolerance_policy_and_nan_never_passes():
 
 
 def test_the_pool_must_match_who_holds_each_block():
-    holders = block_holders({"a": [0, 2], "b": [2]}, 4)
+    ledger = Ledger(4)
+    ledger.tables.update({"a": [0, 2], "b": [2]})
+    holders = ledger.holders()
     assert holders == [["a"], [], ["a", "b"], []]
+    ledger.hold("an entry", [2])
+    assert ledger.holders()[2] == ["a", "b", "an entry"]
+    assert ledger.holders({"c": [1]}) == [[], ["c"], ["an entry"], []]
+    with pytest.raises(AssertionError, match="outside the pool"):
+        ledger.hold("a stray entry", [4])
     right = SimpleNamespace(refs=[1, 0, 2, 0], free=deque([3, 1]), num_free=2)
     assert expect_pool_matches(right, holders, "s", lambda *_: "h").refs == (1, 0, 2, 0)
     over = SimpleNamespace(refs=[1, 0, 3, 0], free=deque([3, 1]), num_free=2)

@@ -40,7 +40,7 @@ def test_notebook_has_valid_nbgrader_metadata(path):
 
 def test_ruff_passes():
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "paged_helpers", "tests", "run.py", "autograde"],
+        [sys.executable, "-m", "ruff", "check", "paged_helpers", "tests", "run.py", "autograde", "website", "tools"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -11,7 +11,7 @@ import pytest
 from test_checks_kernels import DECODE, PREFILL, launcher_variant, message_of
 
 from paged_helpers.checks import check_paged_decode, check_paged_prefill
-from paged_helpers.checks.kernels import attention as kernel_checks
+from paged_helpers.checks.kernels import paged_attention as kernel_checks
 from paged_helpers.running import spawned
 
 from conftest import solution

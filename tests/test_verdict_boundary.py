@@ -1,7 +1,7 @@
 """Issue 24: the clean run's verdict comes from a process that never ran student code.
 
 Each hostile submission below is one the security audit used to score full marks with no work
-done; each runs through the real clean run (``second_opinion.run_runner``: the checker outside,
+done; each runs through the real clean run (``runners.run_runner``: the checker outside,
 the learner's process in the student's bubblewrap sandbox) and must score 0. Beside most, an
 honest control keeps its marks (the honest notebook 02 is tests/test_grading_guard.py's).
 """
@@ -19,17 +19,17 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewr
 
 
 def _clean_run(tmp_path, notebook, assignment: str, test_source: str, timeout: int = 240) -> dict:
-    from autograde_helpers import sandbox, second_opinion
+    from autograde_helpers import bubblewrap, runners, second_opinion, secret_seeds
 
     root = tmp_path / "course"
     for part in ("source/" + assignment, f"submitted/alice/{assignment}", f"autograded/alice/{assignment}"):
         (root / part).mkdir(parents=True, exist_ok=True)
     path = root / "submitted" / "alice" / assignment / f"{assignment}.ipynb"
     nbformat.write(notebook, path)
-    submission = sandbox.Submission(root, "alice", assignment)
-    calls = second_opinion.with_secret_seeds(second_opinion.check_calls(test_source), seed=1_234_567_891)
+    submission = bubblewrap.Submission(root, "alice", assignment)
+    calls = secret_seeds.with_secret_seeds(second_opinion.check_calls(test_source), seed=1_234_567_891)
     spec = {"notebook": str(path), "cells": [{"grade_id": "t", "calls": calls}], "timeout": timeout}
-    return second_opinion.run_runner(submission, spec, budget=timeout + 120)["t"]
+    return runners.run_runner(submission, spec, budget=timeout + 120)["t"]
 
 
 def _one_cell(source: str) -> nbformat.NotebookNode:
@@ -401,10 +401,10 @@ def test_the_checkers_kernel_process_runs_in_a_sandbox_that_holds_no_course_file
     from paged_helpers.running.kernel_process import PREFIX_VARIABLE, KernelProcess
     from paged_helpers.running.learner_kernel import LearnerKernel
 
-    from autograde_helpers import sandbox
+    from autograde_helpers import bubblewrap
     from conftest import NOTEBOOKS, ROOT
 
-    prefix = sandbox.kernel_process_prefix()
+    prefix = bubblewrap.kernel_process_prefix()
     peek = f"import os; print(os.listdir({str(ROOT / 'autograde')!r}))"
     assert subprocess.run([*prefix, sys.executable, "-c", peek], capture_output=True).returncode != 0
     assert subprocess.run([*prefix, sys.executable, "-c", "print('ok')"], capture_output=True).stdout == b"ok\n"

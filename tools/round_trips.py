@@ -41,8 +41,9 @@ VIEW = str(ROOT / "paged_helpers" / "learner_view")
 
 
 def _cells(notebook: Path) -> list[tuple[str, list[dict]]]:
-    from paged_grading.guard import is_autograded_test
-    from paged_grading.second_opinion import check_calls, with_secret_seeds
+    from paged_grading.clean_run.secret_seeds import with_secret_seeds
+    from paged_grading.preprocessors.guard import is_autograded_test
+    from paged_grading.preprocessors.second_opinion import check_calls
 
     nb = nbformat.read(notebook, as_version=4)
     cells = []

@@ -5,7 +5,7 @@ is kept by hand: a check is seeded when its signature takes ``seed`` (the checks
 its implementations are the definitions the registry says it is handed (``builds``, then
 ``partners``), loaded from ``notebooks/``, and its keyword arguments are those of the notebook's
 hidden-test call, the call whose seed the grader's clean run replaces with a secret 31-bit one
-(``autograde/paged_grading/second_opinion.py``). A seeded check with no hidden call (an optional
+(``autograde/paged_grading/clean_run/secret_seeds.py``). A seeded check with no hidden call (an optional
 exercise) is swept with ``hidden=True`` if it takes that keyword. A check with several hidden calls
 is swept with the keyword arguments they all share.
 """
@@ -35,7 +35,7 @@ import paged_helpers  # noqa: E402,F401  (first: device and Triton mode)
 from paged_helpers.checks import REGISTRY, CheckFailed  # noqa: E402
 from paged_helpers.notebook_loader import load_from_notebook  # noqa: E402
 
-# The grader's secret seeds are HMAC digests taken modulo 2**31 (second_opinion.secret_seed).
+# The grader's secret seeds are HMAC digests taken modulo 2**31 (clean_run.secret_seeds.secret_seed).
 SEED_SPACE = 2**31
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 

@@ -9,7 +9,7 @@ clean run does not: the checks run in the checker on ``Remote`` stand-ins, and t
 definitions in another process (``learner_view.host``), every read and call a message in plain data.
 A check that reads differently across that wire (a list copied instead of shared, a container read
 ahead, an exception rebuilt on this side) could fail right work only when graded. This replays each
-notebook's hidden calls as ``second_opinion`` parses them from the instructor's test cells, each with
+notebook's hidden calls as ``preprocessors.second_opinion`` parses them from the instructor's test cells, each with
 the seeds drawn here in place of the secret one, one learner process per hidden call (unsandboxed,
 the whole package: the sandbox changes what the learner's process may touch, not what crosses).
 
@@ -41,8 +41,8 @@ SECONDS_PER_SEED = 120.0  # the learner process's deadline grows by this for eac
 
 def hidden_calls(notebook: Path) -> list[tuple[str, dict]]:
     """(grade_id, call) for each hidden call with a seed in the notebook's autograded test cells."""
-    from paged_grading.guard import is_autograded_test
-    from paged_grading.second_opinion import check_calls
+    from paged_grading.preprocessors.guard import is_autograded_test
+    from paged_grading.preprocessors.second_opinion import check_calls
 
     found = []
     for cell in nbformat.read(notebook, as_version=4).cells:

@@ -1,16 +1,14 @@
-"""nbgrader add-ons for this course: what nbgrader itself does not do.
+"""The course's grader: what nbgrader itself does not do. Four parts, each importing only those below it:
 
-Each module is one concern, registered as nbgrader preprocessors in ``nbgrader_config.py``:
+  administration/  the instructor's commands' work (course.py): collect, check a release, publish,
+                   the learner's workspace, the class report, the gradebook, the grader's own files
+  preprocessors/   the nbgrader steps ``nbgrader_config.py`` names: sanitize, guard, execute, the
+                   second opinion, outputs, hidden tests, safe outputs, feedback scores
+  clean_run/       the second opinion's clean run: the checker (outside the sandbox), the learner's
+                   process (inside it), the processes that run them, the secret seeds of hidden calls
+  sandbox/         the bubblewrap sandbox, the grading kernels forked in it, the verified package
+                   copies their test cells import
 
-  execute     FairExecute: per-assignment cell timeouts; a kernel that dies (os._exit, a
-              segfaulting Triton load) or stops answering is restarted, the cells before the
-              crash are replayed, and grading continues after the offending cell
-  guard       GuardChecks / GuardAudit: each autograded test cell gets a fresh copy of
-              ``paged_helpers`` loaded from a hash-verified snapshot (defeats monkeypatching
-              and on-disk edits from earlier cells); the installed package is audited and
-              restored after every notebook
-  outputs     DemoteStderr (stderr in a test cell is shown, not punished), HideTestTracebacks
-              and StripGuard (feedback shows the check's message, never the hidden test's code)
-  collect     submissions from per-student folders or LMS zip exports into submitted/
-  report      grades CSV, per-check pass rates and a score histogram from the gradebook
+and under all four, ``integrity`` (``reports/integrity.log``, one line per finding). ``nbgrader_process``
+is what ``nbgrader_config.py`` changes about nbgrader's own process. ``lint-imports`` keeps the layers.
 """

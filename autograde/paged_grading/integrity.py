@@ -2,7 +2,7 @@
 
 Every finding of the grader goes through ``log``: the second opinion's disagreements and flags,
 the guard's restored package, and what a sandbox left behind that the grader refused to follow
-(``sandbox.odd_entries``). A line is ``time<TAB>student<TAB>assignment<TAB>notebook<TAB>kind: text``;
+(``sandbox.bubblewrap.odd_entries``). A line is ``time<TAB>student<TAB>assignment<TAB>notebook<TAB>kind: text``;
 ``kind`` is one of ``KINDS``, so that ``course.py report`` can say what it counts.
 """
 

@@ -17,8 +17,8 @@ Importing this package imports every check module (a few milliseconds; none impo
 import pkgutil
 from importlib import import_module
 
+from .registry import REGISTRY, CheckInfo
 from .speaking.failure import CheckFailed, NotImplementedYet, more_hint
-from .speaking.report import REGISTRY, CheckInfo
 
 # Every module of the checks, subpackages included (a notebook with several modules has a folder).
 for _module in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):

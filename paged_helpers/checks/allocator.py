@@ -17,26 +17,26 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from ..learner_view.prefetch import prefetch
-from ..learner_view.remote import learner_type
+from ..pool_invariant import PoolReading
 from .reading.calls import call_learner, expect_raise
-from .reading.pool_invariant import PoolReading
+from .reading.learner_code import learner_type, read_ahead
 from .reading.strict import learner_int, learner_int_list, look_alike, type_name
+from .registry import check
 from .speaking.failure import Hint, fail
-from .speaking.report import check, run_hidden_scenarios
+from .story import Story
 
 __all__ = ["check_block_allocator"]
 
 
 # The members the check reads, and what ``_member`` reads to tell a missing one: fetched in one request
-# when the allocator lives in another process (learner_view.prefetch; each read below as before).
+# when the allocator lives in another process (read_ahead; each read below as before).
 MEMBERS = ("free", "refs", "num_free")
 _MEMBER_READS = ("__dict__", *MEMBERS, *(f"__class__.{name}" for name in MEMBERS))
 
 
 def _member(allocator: object, name: str, scenario: str) -> object:
     """``allocator.name``, with a clear message when it is missing or when reading it raises (a property)."""
-    prefetch(allocator, names=_MEMBER_READS)
+    read_ahead(allocator, names=_MEMBER_READS)
     if name not in getattr(allocator, "__dict__", {}) and not hasattr(learner_type(allocator), name):
         fail(
             scenario,
@@ -200,7 +200,7 @@ def _expect_error(
     _verify(allocator, refs, f"{scenario}, after the refused {call}")
 
 
-def _basic_scenarios(allocator_class: type) -> None:
+def _basic_scenarios(allocator_class: type, _rng: random.Random) -> None:
     scenario = "a fresh pool of 6 blocks"
     allocator = _new(allocator_class, 6, scenario)
     refs = [0] * 6
@@ -246,7 +246,7 @@ def _basic_scenarios(allocator_class: type) -> None:
     _verify(allocator, refs, scenario)
 
 
-def _sharing_scenarios(allocator_class: type) -> None:
+def _sharing_scenarios(allocator_class: type, _rng: random.Random) -> None:
     allocator = _new(allocator_class, 4, "sharing a block")
     refs = [0] * 4
     block = _allocate(allocator, refs, "sharing a block")
@@ -456,17 +456,15 @@ HIDDEN_KINDS = {
 }
 
 
+STORY = Story(visible=(_basic_scenarios, _sharing_scenarios, _random_walk), hidden=HIDDEN_KINDS)
+
+
 @check(notebook="02_block_allocator", builds="BlockAllocator")
-def check_block_allocator(BlockAllocator: type, *, seed: int = 0, hidden: bool = False) -> None:  # noqa: N803
+def check_block_allocator(BlockAllocator: type, *, seed: int = 0, hidden: bool = False) -> str | None:  # noqa: N803
     """Exact reference counts and free list through allocation, sharing, release and exhaustion.
 
     ``hidden=True`` (the hidden tests, after the visible call) runs every one of ``HIDDEN_KINDS`` (a random
     walk among them) with sizes and moves drawn from ``seed``, and names none of their numbers.
     """
-    if hidden:
-        run_hidden_scenarios(HIDDEN_KINDS, seed, BlockAllocator)
-        return
-    _basic_scenarios(BlockAllocator)
-    _sharing_scenarios(BlockAllocator)
-    _random_walk(BlockAllocator, seed)
+    return STORY.tell(BlockAllocator, seed=seed, hidden=hidden)
 

@@ -27,7 +27,7 @@ writes into a block another table also names, ``reserve`` gives it a fresh copy 
 every layer) and releases its reference on the shared block once; a block only one table names is
 written in place. ``free`` releases each entry of the table once. So each block's count is the
 number of table entries naming it, and the free list is exactly the blocks no table names, each
-once (``pool_accounts.expect_pool_matches``, reading the pool through ``pool_invariant.PoolReading``). A
+once (``Ledger.expect_pool``, through the pool's one invariant, ``paged_helpers.pool_invariant``). A
 ``reserve`` that cannot get every copy and new block raises MemoryError and changes nothing
 (``report.expect_refused``). Every live sequence reads back exactly the keys and values it wrote.
 """
@@ -42,23 +42,17 @@ import torch
 
 from ..checkpoint import tiny_qwen3
 from ..device import DEVICE
-from ..learner_view.access import assign
 from ..workloads import fork_prompt
-from .reading.cache_reads import CacheReads
+from .reading.cache_reads import CacheReads, new_paged_cache, read_cache_ahead
 from .reading.calls import call_learner
+from .reading.learner_code import assign
+from .reading.ledger import Ledger, ceil_div, expect_all_free
 from .reading.model_run import ModelRun
-from .reading.pool_accounts import (
-    block_holders,
-    ceil_div,
-    expect_all_free,
-    expect_pool_matches,
-    new_paged_cache,
-    read_cache_ahead,
-)
 from .reading.snapshot import expect_refused
 from .reading.strict import learner_tensor, torch_unhooked
+from .registry import check
 from .speaking.failure import Hint, fail
-from .speaking.report import check
+from .story import Story
 
 __all__ = ["check_copy_on_write", "check_fork_logits"]
 
@@ -115,8 +109,9 @@ def _value(base: int, layer: int) -> float:
 class _Scene:
     """One scenario: the learner's cache, plus the check's own record of what each sequence holds.
 
-    ``history[seq][p]`` is the token id (``base``) that ``seq`` has at position p; ``author``
-    maps a base back to the sequence that wrote it, for messages.
+    ``history[seq][p]`` is the token id (``base``) that ``seq`` has at position p; the ledger
+    (``ledger.writers``) maps a base back to the sequence that wrote it and where, for messages, and
+    holds the pool against the learner's own tables. ``writer_ids[seq]`` numbers the writers.
     """
 
     def __init__(self, PagedKVCache: Any, num_blocks: int, scenario: str) -> None:
@@ -125,8 +120,8 @@ class _Scene:
         self.cache = new_paged_cache(PagedKVCache, (LAYERS, num_blocks, BLOCK, KV_HEADS, HEAD_DIM), scenario=scenario)
         self.reads = CacheReads(self.cache)
         self.history: dict[str, list[int]] = {}
-        self.author: dict[int, tuple[str, int]] = {}
-        self.writers: dict[str, int] = {}
+        self.ledger = Ledger(num_blocks)
+        self.writer_ids: dict[str, int] = {}
 
     # -- what the cache says ------------------------------------------------------------------
 
@@ -136,7 +131,7 @@ class _Scene:
 
     def holders(self, block: int, besides: str | None = None) -> list[str]:
         """The sequences whose table names ``block`` (other than ``besides``)."""
-        return [seq for seq in block_holders(self._tables(), self.num_blocks)[block] if seq != besides]
+        return [seq for seq in self.ledger.holders(self._tables())[block] if seq != besides]
 
     # Plain copies of the learner's bookkeeping (reading.cache_reads): never compared as the learner's objects.
     def _tables(self) -> dict:
@@ -338,16 +333,16 @@ class _Scene:
 
     def _store(self, seq: str, count: int) -> None:
         """The stand-in forward pass: write keys and values of ``count`` new tokens of ``seq``."""
-        self.writers.setdefault(seq, len(self.writers) + 1)
+        self.writer_ids.setdefault(seq, len(self.writer_ids) + 1)
         table, length = self._tables()[seq], self._length(seq)
         for position in range(length, length + count):
-            base = 1000 * self.writers[seq] + position
+            base = 1000 * self.writer_ids[seq] + position
             block, offset = table[position // BLOCK], position % BLOCK
             for layer in range(LAYERS):
                 assign(self.cache, ("k_pool", layer, (block, slice(None), offset)), _key(base, layer))
                 assign(self.cache, ("v_pool", layer, (block, slice(None), offset)), _value(base, layer))
             self.history[seq].append(base)
-            self.author[base] = (seq, position)
+            self.ledger.stored(base, seq, position)
         self.cache.lengths[seq] = length + count
         self.expect_histories(after=f"{seq!r} wrote {count} token(s)")
 
@@ -355,11 +350,11 @@ class _Scene:
 
     def expect_refcounts(self, after: str, too_high: str, too_low: str) -> None:
         """Each block's count is the number of table entries naming it; the free list is the rest."""
-        expect_pool_matches(
+        self.ledger.expect_pool(
             self.allocator,
-            block_holders(self._tables(), self.num_blocks),
             f"{self.scenario}, after {after}",
             lambda block, holders, count: too_high if count > len(holders) else too_low,
+            tables=self._tables(),
         )
 
     def expect_histories(self, after: str, copied: dict[int, int] | None = None) -> None:
@@ -394,8 +389,8 @@ class _Scene:
     def _report_history(self, after, seq, position, layer, pool_name, block, found, copied) -> None:
         got_value = float(found.flatten()[0])
         base = round(abs(got_value) - 0.25 * layer)
-        if base in self.author:
-            writer, at = self.author[base]
+        if base in self.ledger.writers:
+            writer, at = self.ledger.writers[base]
             got = f"the {pool_name} {writer!r} wrote at position {at}"
         else:
             got = f"{got_value:g}, a value nobody wrote there"
@@ -406,7 +401,7 @@ class _Scene:
                 f"in layer {layer} were not copied",
                 BOTH_POOLS_HINT,
             )
-        elif base in self.author and self.author[base][0] != seq:
+        elif base in self.ledger.writers and self.ledger.writers[base][0] != seq:
             hint = _after(f"another sequence's write landed in a block {seq!r} reads", COPY_HINT)
         else:
             hint = "a sequence's history must not change when another sequence forks, writes or is freed"
@@ -520,11 +515,9 @@ SCENARIOS = (
 
 
 @check(notebook="04_fork_and_copy_on_write", builds="PagedKVCache")
-def check_copy_on_write(PagedKVCache: Any, seed: int = 0) -> None:
+def check_copy_on_write(PagedKVCache: Any, seed: int = 0) -> str | None:
     """Fork, copy-on-write and freeing, with exact reference counts and every key and value read back."""
-    rng = random.Random(seed)
-    for scenario in SCENARIOS:
-        scenario(PagedKVCache, rng)
+    return Story(visible=SCENARIOS).tell(PagedKVCache, seed=seed)
 
 
 # -- the milestone ---------------------------------------------------------------------------------

@@ -30,36 +30,31 @@ one small scenario function per named step (``CACHE_STORY``, then ``MODEL_STORY`
 Invariants, after every step. Who owns a reference: each entry of a block table owns one
 reference to its block, and nothing else does (nothing is shared before notebook 04), so a block
 in a table has count 1 and appears in no other table; a block in no table has count 0 and is on
-the free list exactly once (``pool_accounts.expect_pool_matches``, which reads the pool through
-``pool_invariant.PoolReading``). The learner's tables must equal the check's own account: only
+the free list exactly once (``Ledger``: the check's account, held against the pool's one invariant,
+``paged_helpers.pool_invariant``). The learner's tables must equal the check's own account: only
 ``reserve`` (appending), ``truncate`` (cutting) and ``free`` change a table, and only the table
 of the sequence they are called for.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import astuple, dataclass
 
 import torch
 
-from ..learner_view.remote import learner_type
-from .reading.cache_reads import CacheReads
+from .reading.cache_reads import CacheReads, new_paged_cache, read_cache_ahead
 from .reading.calls import call_learner, expect_raise
+from .reading.learner_code import learner_type
+from .reading.ledger import Ledger, ceil_div, expect_all_free, expect_pool_matches
 from .reading.model_run import ModelRun
-from .reading.pool_accounts import (
-    block_holders,
-    ceil_div,
-    expect_all_free,
-    expect_pool_matches,
-    new_paged_cache,
-    read_cache_ahead,
-)
 from .reading.scratch import forward_through_cache
 from .reading.snapshot import expect_refused
 from .reading.strict import learner_dict, learner_int, torch_unhooked
+from .registry import check
 from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail, hint_text
-from .speaking.report import check, run_hidden_scenarios
+from .story import Story
 
 __all__ = ["check_paged_kv_cache"]
 
@@ -156,7 +151,7 @@ def _close_plain(got: torch.Tensor, want: torch.Tensor) -> bool:
 class _Harness:
     """The learner's cache, the check's own account of its block tables, and the scenario's name.
 
-    ``tables[seq]`` is the table the check expects ``seq`` to have (learned block by block as
+    ``ledger.tables[seq]`` is the table the check expects ``seq`` to have (learned block by block as
     ``reserve`` hands blocks out); ``written[seq]`` is [2 (k, v), layers, kv_heads, positions,
     head_dim], every key and value the check wrote for ``seq`` through ``update``. ``step`` names
     the story's current step; messages start with ``where``.
@@ -165,7 +160,7 @@ class _Harness:
     def __init__(self, PagedKVCache: type, setup: _Setup, device: torch.device, scenario: str) -> None:  # noqa: N803
         self.setup, self.scenario, self.step = setup, scenario, ""
         self.num_blocks = setup.num_blocks
-        self.tables: dict = {}
+        self.ledger = Ledger(setup.num_blocks)
         self.written: dict = {}
         self.generator = torch.Generator().manual_seed(0)
         sizes = astuple(setup)  # layers, num_blocks, block_size, kv_heads, head_dim
@@ -227,22 +222,22 @@ class _Harness:
         """The tables are the check's account; each of their blocks has count 1; the rest are free, once."""
         where = f"{self.where}: after {after}"
         got = self.learner_tables()
-        for seq in sorted(set(got) | set(self.tables), key=str):
-            if got.get(seq) != self.tables.get(seq):
+        for seq in sorted(set(got) | set(self.ledger.tables), key=str):
+            if got.get(seq) != self.ledger.tables.get(seq):
                 fail(
                     f"{where}: the table of {seq!r}",
-                    self.tables.get(seq, "no table"),
+                    self.ledger.tables.get(seq, "no table"),
                     got.get(seq, "no table"),
                     "only reserve (appending blocks), truncate (dropping the last ones) and free (dropping "
                     "the table) change a table, and only the table of the sequence they are called for.",
                 )
-        holders = block_holders(self.tables, self.num_blocks)
+        holders = self.ledger.holders()
         twice = {block: who for block, who in enumerate(holders) if len(who) > 1}
         if twice:
             fail(
                 f"{where}: block ownership",
                 "each block in at most one table (nothing is shared yet)",
-                f"tables {self.tables}",
+                f"tables {self.ledger.tables}",
                 f"block(s) {twice} appear more than once: a block was handed out twice. "
                 "Blocks must come from allocator.allocate(), which takes them off the free list.",
             )
@@ -277,7 +272,7 @@ class _Harness:
                 f"tables {self.cache.tables.get(seq, 'missing')}, lengths {self.cache.lengths.get(seq, 'missing')}",
                 "create starts an empty sequence: no blocks until reserve asks for them.",
             )
-        self.tables[seq] = []
+        self.ledger.tables[seq] = []
 
     def refused_create(self, seq) -> None:
         expect_raise(
@@ -300,14 +295,14 @@ class _Harness:
                 f"still in {'tables' if seq in self.cache.tables else 'lengths'}",
                 "free must forget the sequence: remove it from tables and lengths after releasing its blocks.",
             )
-        del self.tables[seq]
+        del self.ledger.tables[seq]
         self.written.pop(seq, None)
         self.expect_accounting(f"free({seq!r})")
 
     def reserve(self, seq, new_tokens: int, why: str = "") -> None:
         """reserve; the table then holds exactly blocks_needed(length + new_tokens) blocks (never fewer)."""
         cache, block_size = self.cache, self.cache.block_size
-        before, length = list(self.tables[seq]), self.learner_length(seq)
+        before, length = list(self.ledger.tables[seq]), self.learner_length(seq)
         expected = max(len(before), ceil_div(length + new_tokens, block_size))
         where = f"{self.where}{why}: reserve({seq!r}, {new_tokens}) at length {length} with {len(before)} block(s)"
         if hasattr(cache, "blocks_to_add"):
@@ -354,7 +349,7 @@ class _Harness:
                 table[: len(before)],
                 "reserve only appends blocks: the blocks already in the table hold written keys and values.",
             )
-        self.tables[seq] = table
+        self.ledger.tables[seq] = table
         self.expect_accounting(f"reserve({seq!r}, {new_tokens})")
 
     def refused_reserve(self, seq, new_tokens: int, free: int, needed: int) -> None:
@@ -375,7 +370,7 @@ class _Harness:
         self.expect_accounting(f"reserve({seq!r}, {new_tokens}) raised MemoryError")
 
     def truncate(self, seq, length: int) -> None:
-        before, old_length = list(self.tables[seq]), self.learner_length(seq)
+        before, old_length = list(self.ledger.tables[seq]), self.learner_length(seq)
         _call(f"truncate({seq!r}, {length})", self.cache.truncate, seq, length, scenario=self.where)
         block_size = self.cache.block_size
         keep = ceil_div(length, block_size)
@@ -405,7 +400,7 @@ class _Harness:
                 f"block(s) {still_used} still counted as used: they leaked",
                 TRUNCATE_RELEASES_TOO_FEW,
             )
-        self.tables[seq] = got
+        self.ledger.tables[seq] = got
         if seq in self.written:
             self.written[seq] = self.written[seq][:, :, :, :length]
         self.expect_accounting(f"truncate({seq!r}, {length})")
@@ -431,7 +426,7 @@ class _Harness:
                 "set_batch keeps the sequences in the order given: row i of the batch is seqs[i].",
             )
         tensor = getattr(cache, "table_tensor", None)
-        tables = [self.tables[seq] for seq in seqs]
+        tables = [self.ledger.tables[seq] for seq in seqs]
         width = max(len(table) for table in tables)
         if not isinstance(tensor, torch.Tensor) or tensor.ndim != 2 or tensor.shape[0] != len(seqs):
             got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
@@ -483,7 +478,8 @@ class _Harness:
         for seq in batch:
             self.reserve(seq, new_tokens)
         self.set_batch(batch)
-        write = _Write(batch, starts, new_tokens, {seq: self.tables[seq] for seq in batch}, dict(self.tables))
+        tables = self.ledger.tables
+        write = _Write(batch, starts, new_tokens, {seq: tables[seq] for seq in batch}, dict(tables))
         shape = (len(batch), setup.kv_heads, new_tokens, setup.head_dim)
         new_k = [torch.randn(shape, generator=self.generator).to(device) for _ in range(setup.layers)]
         new_v = [torch.randn(shape, generator=self.generator).to(device) for _ in range(setup.layers)]
@@ -514,7 +510,7 @@ class _Harness:
 
     def finish(self, where: str) -> None:
         """Free every sequence: every block must be free again."""
-        for seq in list(self.tables):
+        for seq in list(self.ledger.tables):
             self.free(seq)
         expect_all_free(
             self.cache.allocator, self.num_blocks, where, "every block must be back on the free list: nothing may leak."
@@ -863,7 +859,7 @@ def _exhaustion(h: _Harness, rng: random.Random) -> None:
     b = h.cache.block_size
     h.create("hog")
     h.reserve("hog", (h.cache.allocator.num_free - 2) * b)
-    length, held = h.cache.lengths["a"], len(h.tables["a"])
+    length, held = h.cache.lengths["a"], len(h.ledger.tables["a"])
     h.refused_reserve("a", (held + 4) * b - length, free=2, needed=4)
     h.reserve("a", (held + 2) * b - length, why=" (a reserve that needs exactly the 2 free blocks fits)")
     h.free("hog")
@@ -932,7 +928,7 @@ class _ModelRun(_Harness):
         # The model starts each row where the learner's cache says the sequence ends (a wrong length
         # is named below, after the logits); the check's record of its tokens is cut there to match.
         for seq, length in zip(seqs, lengths_before, strict=True):
-            self.model_run.tokens[seq] = self.model_run.tokens[seq][:length]
+            self.model_run.keep_first(seq, length)
         logits = forward_through_cache(self.model_run.model, self.cache, new, lengths_before, scenario=self.where)
         self.model_run.expect_rows(
             new,
@@ -960,7 +956,7 @@ class _ModelRun(_Harness):
 
     def truncate(self, seq, length: int) -> None:
         super().truncate(seq, length)
-        self.model_run.tokens[seq] = self.model_run.tokens[seq][:length]
+        self.model_run.keep_first(seq, length)
 
 
 def _four_prompts(run: _ModelRun, rng: random.Random) -> None:
@@ -969,7 +965,7 @@ def _four_prompts(run: _ModelRun, rng: random.Random) -> None:
     run.prompts = {seq: [rng.randrange(vocab) for _ in range(n)] for seq, n in lengths.items()}
     for seq in run.prompts:
         run.create(seq)
-        run.model_run.tokens[seq] = []
+        run.model_run.keep_first(seq, 0)
 
 
 def _chunked_prefills(run: _ModelRun, rng: random.Random) -> None:
@@ -1030,7 +1026,7 @@ def _model_run(PagedKVCache: type, rng: random.Random, block_size: int) -> None:
 # --------------------------------------------------------------------------- hidden scenarios
 #
 # Run only by the hidden tests (``hidden=True``), every kind each time, sized by the grader's secret seed; a
-# failure names the kind and its hint, never its numbers (report.run_hidden_scenarios).
+# failure names the kind and its hint, never its numbers (``Story``: every kind, in full).
 
 
 def _hidden_harness(PagedKVCache: type, rng: random.Random, block_size: int) -> _Harness:  # noqa: N803
@@ -1066,7 +1062,7 @@ def _hidden_churn(PagedKVCache: type, rng: random.Random) -> None:  # noqa: N803
                     h.create(live[-1])
                 continue
             seq = rng.choice(live)
-            length, held = h.learner_length(seq), len(h.tables[seq])
+            length, held = h.learner_length(seq), len(h.ledger.tables[seq])
             if move == "grow":
                 room = (held + h.learner_num_free()) * block_size - length
                 if room > 0:
@@ -1135,15 +1131,17 @@ def _story(PagedKVCache: type, rng: random.Random, block_size: int, seed: int) -
     _model_run(PagedKVCache, rng, block_size)
 
 
+def _visible_story(PagedKVCache: type, rng: random.Random, *, seed: int) -> None:  # noqa: N803
+    """The visible call's story: at blocks of 4 for the notebook's own seed, of a drawn size for another."""
+    _story(PagedKVCache, rng, 4 if seed == 0 else rng.choice([2, 3, 4, 8]), seed)
+
+
 @check(notebook="03_paged_kv_cache", builds="PagedKVCache")
-def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0, hidden: bool = False) -> None:  # noqa: N803
+def check_paged_kv_cache(PagedKVCache: type, *, seed: int = 0, hidden: bool = False) -> str | None:  # noqa: N803
     """Block accounting, placement through block tables, and the tiny Qwen3's logits on the cache.
 
     ``hidden=True`` (the hidden tests) runs every one of ``HIDDEN_KINDS`` instead, sized by ``seed``:
     the visible call in the same cell runs the visible story.
     """
-    if hidden:
-        run_hidden_scenarios(HIDDEN_KINDS, seed, PagedKVCache)
-        return
-    rng = random.Random(seed)
-    _story(PagedKVCache, rng, 4 if seed == 0 else rng.choice([2, 3, 4, 8]), seed)
+    story = Story(visible=(functools.partial(_visible_story, seed=seed),), hidden=HIDDEN_KINDS)
+    return story.tell(PagedKVCache, seed=seed, hidden=hidden)

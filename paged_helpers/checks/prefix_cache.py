@@ -27,13 +27,15 @@ import zlib
 from array import array
 from typing import Any
 
-from ..learner_view.access import assign
 from .reading.cache_reads import CacheReads
 from .reading.calls import call_learner
+from .reading.learner_code import assign
+from .reading.ledger import Ledger
 from .reading.snapshot import CacheSnapshot
 from .reading.strict import learner_tensor, torch_unhooked
+from .registry import check
 from .speaking.failure import CheckFailed, Hint, NotImplementedYet, fail
-from .speaking.report import check, run_hidden_scenarios
+from .story import Story
 
 __all__ = ["check_prefix_cache"]
 
@@ -109,7 +111,7 @@ class _Server:
         self.prefixes = call_learner("PrefixCache(cache)", PrefixCache, self.cache, scenario=scenario)
         self.prompts: dict[str, list[int]] = {}
         self.names: dict[str, str] = {}  # seq -> the prompt's name in messages
-        self.code_owner: dict[float, tuple[str, int]] = {}  # stored code -> (prompt name, position)
+        self.ledger = Ledger(num_blocks)  # ledger.writers: each stored code -> (prompt name, position)
 
     @property
     def allocator(self) -> Any:
@@ -136,7 +138,7 @@ class _Server:
         for position in range(reused, len(prompt)):
             code = prefix_code(prompt[: position + 1])
             assign(self.cache, ("k_pool", 0, (table[position // BLOCK], slice(None), position % BLOCK)), code)
-            self.code_owner[code] = (name, position)
+            self.ledger.stored(code, name, position)
         self.cache.lengths[seq] = len(prompt)
         call_learner(f"remember({seq!r}, {name})", self.prefixes.remember, seq, list(prompt), scenario=self.scenario)
         return list(table)
@@ -191,7 +193,7 @@ class _Server:
                 found = float(pool[table[position // BLOCK], 0, position % BLOCK, 0])
             if found == prefix_code(prompt[: position + 1]):
                 continue
-            owner = self.code_owner.get(found)
+            owner = self.ledger.writers.get(found)
             held = (
                 f"the keys of {owner[0]} at position {owner[1]}"
                 if owner
@@ -704,15 +706,13 @@ HIDDEN_KINDS = {
 }
 
 
+STORY = Story(visible=VISIBLE_SCENARIOS, hidden=HIDDEN_KINDS)
+
+
 @check(notebook="05_prefix_caching", builds="PrefixCache", partners=(("04_fork_and_copy_on_write", "PagedKVCache"),))
-def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0, hidden: bool = False) -> None:
+def check_prefix_cache(PrefixCache: Any, PagedKVCache: Any, seed: int = 0, hidden: bool = False) -> str | None:
     """Reuse, references, history-aware keys, the token left to prefill, LRU and eviction rules.
 
     ``hidden=True`` (the hidden tests) runs every one of ``HIDDEN_KINDS`` instead, sized by ``seed``.
     """
-    if hidden:
-        run_hidden_scenarios(HIDDEN_KINDS, seed, PrefixCache, PagedKVCache)
-        return
-    rng = random.Random(seed)
-    for scenario in VISIBLE_SCENARIOS:
-        scenario(PrefixCache, PagedKVCache, rng)
+    return STORY.tell(PrefixCache, PagedKVCache, seed=seed, hidden=hidden)

@@ -17,8 +17,6 @@ from ..checkpoint import tiny_qwen3
 from ..workloads import fork_prompt
 from .implementation import add_impl_argument, load_impl
 
-COMMAND = "cow"  # python run.py cow
-
 
 def _blocks_in_use(cache) -> int:
     return len(cache.allocator.refs) - cache.allocator.num_free

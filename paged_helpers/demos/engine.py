@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, float | int]:
     )
     print(format_table(table))
     if args.plot:
-        from ..plots.engine import plot_engine_timelines
+        from ..plots.engine_timeline import plot_engine_timelines
 
         figure = plot_engine_timelines(
             {"static slots": static, "paged + prefix cache": paged}, budget_tokens=table["kv_budget_tokens"]

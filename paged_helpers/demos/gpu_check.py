@@ -198,7 +198,7 @@ def stage_compile(impl: str, dtypes: list[str]) -> dict:
     """
     import torch
 
-    from ..checks.kernels.attention import TOLERANCES
+    from ..checks.kernels.paged_attention import TOLERANCES
     from ..reference import paged_decode_reference, paged_prefill_reference
     from ..running.gpu_compile import record_launches
     from .kernel import _compiled_warps, _paged_batch

@@ -5,7 +5,7 @@ When grading, the learner's code runs in a sandboxed process of its own, and a c
 ``Remote`` stand-ins (``remote``) instead: each call, attribute read or ``len`` is a request over
 a pipe (``peer``), and only plain values cross (``wire``: ints, floats, strings, lists, dicts,
 tensors as bytes with dtype and shape; never a pickle). The check's code is the same either way;
-``calls`` runs a launcher under the launch watcher on whichever side the launcher lives.
+``launcher_runs`` runs a launcher under the launch watcher on whichever side the launcher lives.
 
 The checks, their references, scenarios, seeds and expected values stay on the checking side:
 the learner's process is given a view of the package without them (``package_view``).

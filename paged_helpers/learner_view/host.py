@@ -7,7 +7,7 @@ classes, constants), says ``{"loaded": ...}`` and serves requests (``peer``) unt
 process says ``end``. What the learner's code prints goes to ``/dev/null``, never into the
 protocol: file descriptors 0 and 1 are moved aside before any of it runs.
 
-``serve_notebook`` is the part the grader's sandboxed host (``autograde/paged_grading``) shares:
+``serve_notebook`` is the part the grader's sandboxed host (``paged_grading/clean_run/learner_host.py``) shares:
 it adds its audit watch (``pending_flags``) and the fork per cell around it.
 """
 

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from . import wire
-from .known import Known
-from .sending import MAX_COPY_VALUES, MAX_VALUES, MUTABLE_CONTAINERS, VALUE_TYPES, ByReference, ByValue, small_plain
+from .answers_held import Known
+from .crossing import MAX_COPY_VALUES, MAX_VALUES, MUTABLE_CONTAINERS, VALUE_TYPES, ByReference, ByValue, small_plain
 
 __all__ = ["Peer", "PeerGone", "ProtocolBroken", "LearnerError"]
 
@@ -596,7 +596,7 @@ class Peer:
         if op == "signature":
             return _signature(target)
         if op == "run":
-            from .calls import serve_run
+            from .launcher_runs import serve_run
 
             return serve_run(name, target, *args)
         raise ValueError(f"an operation the protocol does not have: {op[:40]}")

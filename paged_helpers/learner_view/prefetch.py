@@ -24,7 +24,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
-from .sending import (
+from .crossing import (
     DICTS,
     MAX_COPY_VALUES,
     MAX_VALUES,

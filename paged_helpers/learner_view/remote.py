@@ -7,7 +7,7 @@ plain value (an int, a list, a tensor: a copy, made on this side) or another ``R
 of the other side's code ever runs here, and nothing that is not plain data arrives here.
 
 Where a check must know (a kernel is launched under the launch watcher, in the learner's process),
-``is_remote`` tells it, and ``learner_view.calls`` does the rest.
+``is_remote`` tells it, and ``learner_view.launcher_runs`` does the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .known import UNKNOWN, Known
+from .answers_held import UNKNOWN, Known
 
 __all__ = [
     "Remote", "is_remote", "plain", "learner_type", "remote_container", "remote_peer", "remote_ref", "remote_type",

@@ -41,7 +41,6 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import stat
 import unicodedata
 import zipfile
@@ -305,8 +304,3 @@ def collect_zip(
             )
     result.renamed = roster.renamed()
     return _settle(candidates, submitted, result)
-
-
-def clear_submissions(submitted: Path) -> None:
-    if submitted.exists():
-        shutil.rmtree(submitted)

@@ -8,7 +8,7 @@ the course's preprocessors (``REQUIRED``). It then keeps fingerprints of the con
 checks them, and that the gradebook is still a database, before every nbgrader step: if either
 changed while grading, it stops instead of grading anyone on defaults or into a broken gradebook.
 
-No sandboxed process can reach these files (``sandbox.py``); these checks make sure that stays
+No sandboxed process can reach these files (``sandbox.bubblewrap``); these checks make sure that stays
 true through every step that runs outside the sandbox, and fail loudly if it ever does not.
 """
 
@@ -24,20 +24,20 @@ CONFIG = "nbgrader_config.py"
 # What makes grading this course safe and fair; a configuration without any of it is refused.
 REQUIRED = {
     ("Autograde", "sanitize_preprocessors"): [
-        "paged_grading.sanitize.RestoreCellRoles",
-        "paged_grading.guard.GuardChecks",
+        "paged_grading.preprocessors.sanitize.RestoreCellRoles",
+        "paged_grading.preprocessors.guard.GuardChecks",
     ],
     ("Autograde", "autograde_preprocessors"): [
-        "paged_grading.second_opinion.StartSecondOpinion",
-        "paged_grading.execute.FairExecute",
-        "paged_grading.guard.GuardAudit",
-        "paged_grading.second_opinion.SecondOpinion",
+        "paged_grading.preprocessors.second_opinion.StartSecondOpinion",
+        "paged_grading.preprocessors.execute.FairExecute",
+        "paged_grading.preprocessors.guard.GuardAudit",
+        "paged_grading.preprocessors.second_opinion.SecondOpinion",
     ],
     ("GenerateFeedback", "preprocessors"): [
-        "paged_grading.outputs.StripGuard",
-        "paged_grading.hidden.HideHiddenTests",
+        "paged_grading.preprocessors.outputs.StripGuard",
+        "paged_grading.preprocessors.hidden_tests.HideHiddenTests",
         "nbgrader.preprocessors.ClearHiddenTests",
-        "paged_grading.outputs.HideTestTracebacks",
+        "paged_grading.preprocessors.outputs.HideTestTracebacks",
     ],
 }
 SQLITE_HEADER = b"SQLite format 3\x00"

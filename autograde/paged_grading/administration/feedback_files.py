@@ -2,7 +2,7 @@
 
 nbgrader's generate_feedback copies every file of ``autograded/<student>/<assignment>/`` with
 ``shutil.copy``, which follows symbolic links. No sandbox can write that folder (the kernels
-work in a scratch of their own, see ``sandbox``), but ``remove_odd_entries`` still removes any
+work in a scratch of their own, see ``sandbox.bubblewrap``), but ``remove_odd_entries`` still removes any
 link or special file from ``autograded/`` before nbgrader runs and from ``feedback/`` after it,
 so that nothing but plain files the grader wrote or copied ever reaches a student.
 
@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox import odd_entries
+from ..sandbox.bubblewrap import odd_entries
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 NOTE_SUFFIX = ".left-out.txt"

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import nbformat
 
-from .guard import installed_package_dir, is_autograded_test
-from .kernel_guard import GRADED_ENV
-from .outputs import check_message
+from ..preprocessors.guard import is_autograded_test
+from ..preprocessors.outputs import check_message
+from ..sandbox.kernel_guard import GRADED_ENV
+from ..sandbox.package_copies import installed_package_dir
 
 MIN_LINE = 16
 REGIONS = [("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")]

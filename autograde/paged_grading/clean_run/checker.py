@@ -1,8 +1,8 @@
 """The second opinion's checker: runs the checks, OUTSIDE the sandbox, and never runs student code.
 
-    python opinion_runner.py SPEC.json     (prints one JSON object on stdout at the end)
-    python opinion_runner.py --serve       (one student's notebooks: a SPEC per line on stdin,
-                                            {"results": ...} per line on stdout; see ``serve``)
+    python checker.py SPEC.json     (prints one JSON object on stdout at the end)
+    python checker.py --serve       (one student's notebooks: a SPEC per line on stdin,
+                                     {"results": ...} per line on stdout; see ``serve``)
 
 SPEC: {"notebook": path of the student's submitted notebook (as the sandbox sees it), "cwd": its
 folder there, "host": the command that starts the learner's process (``learner_host.py`` inside
@@ -25,7 +25,7 @@ compile of a kernel check runs here too, on the kernels' source read from the su
 as text and validated before any of it runs (``paged_helpers.running.kernel_source``); the
 learner's process only reports which kernels its launcher launched, with what arguments.
 
-The grader (``second_opinion``) turns these verdicts into scores.
+The grader (``preprocessors.second_opinion``, through ``runners``) turns these verdicts into scores.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def run_cell(cell: dict, spec: dict, zygote: LearnerZygote, fresh: bool) -> dict
     except (PeerGone, OSError) as error:
         # The machine's doing (a loaded grader, a starved sandbox), never judged as the learner's: no
         # verdict, so the grader runs the cell again alone; if it still cannot start there, the cell
-        # stays without one (``second_opinion``: 0, with a note, never a failure or an accusation).
+        # stays without one (``preprocessors.second_opinion``: 0, with a note, never a failure or an accusation).
         zygote.stop()
         verdict.update(no_verdict=True, message=f"no verdict: the learner's process did not start: {error}")
         return verdict

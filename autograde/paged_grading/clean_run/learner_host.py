@@ -4,7 +4,7 @@
 
 The sandbox holds no check, reference, seed or expected value (``paged_helpers.learner_view.
 package_view``), and this process never receives one: it hosts the learner's definitions and
-answers the checking process (``opinion_runner``, outside the sandbox) through
+answers the checking process (``checker``, outside the sandbox) through
 ``paged_helpers.learner_view``, in plain data.
 
 For each cell, a request line ``{"notebook": path, "cwd": folder, "fresh": bool}`` makes the zygote fork a child, which:
@@ -35,14 +35,17 @@ if __name__ == "__main__":
     os.environ["PAGED_HELPERS_GRADED"] = "1"
 
 if __package__:  # imported by the grader's tests
-    from . import sandbox_inside
-else:  # run as a script inside the sandbox, from this folder
-    import sandbox_inside
+    from ..sandbox import between_notebooks
+else:  # run as a script inside the sandbox, where the grader's sandbox/ folder is bound beside this one
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "sandbox"))
+    import between_notebooks
+
+    del sys.path[0]
 
 import paged_helpers  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 import paged_helpers.model  # noqa: F401  (imported once here, before the import system is recorded,
 import paged_helpers.serving  # noqa: F401   so that every cell's fork starts with them)
-from paged_helpers.learner_view import calls, subclass  # noqa: F401
+from paged_helpers.learner_view import launcher_runs, subclass  # noqa: F401
 from paged_helpers.learner_view.host import protocol_descriptors, serve_notebook
 
 LEARNER_SUFFIX = " (code cells)"  # the file name notebook_loader gives a student's definitions
@@ -275,7 +278,7 @@ def serve(sandboxed: bool) -> int:
         if not isinstance(request, dict) or not isinstance(request.get("notebook"), str):
             continue
         if sandboxed and request.get("fresh"):
-            sandbox_inside.empty_tmp()  # each notebook's children start as in a sandbox of their own
+            between_notebooks.empty_tmp()  # each notebook's children start as in a sandbox of their own
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
@@ -285,7 +288,7 @@ def serve(sandboxed: bool) -> int:
                 os._exit(1)
         _, status = os.waitpid(pid, 0)
         if sandboxed:
-            sandbox_inside.kill_everything_else()
+            between_notebooks.kill_everything_else()
         os.write(1, (json.dumps({"cell_over": status}) + "\n").encode())
 
 

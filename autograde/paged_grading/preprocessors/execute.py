@@ -40,8 +40,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Integer
 
-from . import integrity
-from .grading_kernels import SandboxedKernelManager
+from .. import integrity
+from ..sandbox.grading_kernels import SandboxedKernelManager
 
 KERNEL_DIED = "KernelDied"
 KERNEL_UNRESPONSIVE = "KernelUnresponsive"
@@ -87,7 +87,7 @@ class FairExecute(Execute):
     ).tag(config=True)
 
     def __init__(self, *args, **kwargs):
-        # Every grading kernel runs in a bubblewrap sandbox (see sandbox.py).
+        # Every grading kernel runs in a bubblewrap sandbox (see sandbox/bubblewrap.py).
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
         self.configured_timeout = self.timeout  # self.timeout is narrowed per cell by the budgets

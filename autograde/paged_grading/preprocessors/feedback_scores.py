@@ -25,7 +25,7 @@ AWAITING = "awaiting_grade"
 TEMPLATE_NAME = "paged_feedback"
 # Not index.html.j2: the page extends nbgrader's feedback/index.html.j2 by that name.
 TEMPLATE_FILE = "paged_feedback.html.j2"
-COURSE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+COURSE_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # nbgrader's own templates (its feedback template, which the course's extends); nbgrader adds this
 # folder itself only when the configuration names no template folders.
 NBGRADER_TEMPLATES = Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"

@@ -31,7 +31,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer
 
-from . import hidden
+from . import hidden_tests
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -59,12 +59,12 @@ class StripGuard(NbGraderPreprocessor):
             if cell.cell_type == "code"
             for block in _GUARD_BLOCK.findall(cell.source)
             for line in block.splitlines()
-            if len(line.strip()) >= hidden.MIN_LINE
+            if len(line.strip()) >= hidden_tests.MIN_LINE
         ]
         # The lines' string literals too (paths, hashes): ``print(In)`` shows the lines as a
         # repr, with their quotes escaped, and the literals are what the lines would give away.
         lines += [literal for line in lines for literal in _string_literals(line)]
-        scrub = hidden.Scrubber(lines, {}, label="[grader's line]")
+        scrub = hidden_tests.Scrubber(lines, {}, label="[grader's line]")
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
@@ -83,7 +83,7 @@ def _string_literals(line: str) -> list[str]:
     return [
         node.value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= hidden.MIN_LINE
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= hidden_tests.MIN_LINE
     ]
 
 

@@ -4,18 +4,18 @@ nbgrader's own run executes the whole notebook in one kernel, so a cell the stud
 before the tests can change what the tests do (an import hook, a fake module in
 ``sys.modules``, an IPython AST transformer, an ``execute_result`` that nbgrader counts as
 credit). After that run, this preprocessor (autograde step, before grades are saved) grades
-each test cell again, independently: the checker (``opinion_runner``, outside the sandbox,
+each test cell again, independently: the checker (``clean_run.checker``, outside the sandbox,
 never running student code) makes the cell's check calls (parsed here from the locked test
 cell, never executed as text) on the learner's objects, which live in a fresh learner process
-per cell inside the student's sandbox (``learner_host``: only the submission's definitions,
-loaded by ``load_from_notebook``'s rules, and a view of the package without checks or
-references); the two exchange plain data only. The verdicts come back as data; the scores are
-decided here:
+per cell inside the student's sandbox (``clean_run.learner_host``: only the submission's
+definitions, loaded by ``load_from_notebook``'s rules, and a view of the package without checks
+or references); the two exchange plain data only (both started by ``clean_run.runners``). The
+verdicts come back as data; the scores are decided here:
 
 The hidden calls run in the clean run only: ``StartSecondOpinion`` takes them out of the test
 cells before nbgrader's kernel runs the notebook (``_Plan.withhold_hidden_tests``), so the kernel
 never holds their text, and puts them back afterwards. Their seeds are replaced by a secret seed
-per student, notebook and cell (``secret_seed``): hidden scenarios that no visible or guessed
+per submission and cell (``clean_run.secret_seeds``): hidden scenarios that no visible or guessed
 seed reproduces, and whose failure costs the points like any failed check.
 
 * both agree: nothing changes;
@@ -31,20 +31,7 @@ The log line also lists suspicious constructs found in the submission's source (
 from __future__ import annotations
 
 import ast
-import atexit
-import contextlib
-import hashlib
-import hmac
-import json
-import os
 import re
-import secrets
-import select
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import nbformat
@@ -53,12 +40,14 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Dict, Integer
 
-from . import hidden, integrity, sandbox
+from .. import integrity
+from ..clean_run import runners
+from ..clean_run.secret_seeds import log_hidden_draw, secret_seed, seed_family, submission_digest, with_secret_seeds
+from ..sandbox import bubblewrap
+from . import hidden_tests
 from .guard import GUARD_BEGIN, GUARD_END, is_autograded_test
 
 SECOND_OPINION = "SecondOpinion"
-RUNNER = Path(__file__).with_name("opinion_runner.py")  # the checker, outside the sandbox
-HOST = Path(__file__).with_name("learner_host.py")  # the learner's process, inside it
 _GUARD_BLOCK = re.compile(re.escape(GUARD_BEGIN) + r".*?" + re.escape(GUARD_END) + r"\n?", re.S)
 
 # Constructs an honest notebook of this course has no reason to contain; each is a known way
@@ -129,69 +118,13 @@ def _hidden_line_numbers(source: str) -> set[int]:
     numbers, inside = set(), False
     for number, line in enumerate(source.splitlines(), start=1):
         stripped = line.strip()
-        if stripped.startswith(hidden.BEGIN):
+        if stripped.startswith(hidden_tests.BEGIN):
             inside = True
-        elif stripped.startswith(hidden.END):
+        elif stripped.startswith(hidden_tests.END):
             inside = False
         elif inside:
             numbers.add(number)
     return numbers
-
-
-SECRET_KEY_FILE = ".hidden_seed_key"
-
-
-def _course_key(root: Path) -> bytes:
-    """The course's secret key, made once per course root (``.hidden_seed_key``, never in a sandbox)."""
-    key_file = root / SECRET_KEY_FILE
-    if not key_file.exists():
-        key_file.write_text(secrets.token_hex(32))
-        key_file.chmod(0o600)
-    return key_file.read_text().strip().encode()
-
-
-def secret_seed(root: Path, *names: str) -> int:
-    """A seed nobody outside the grader can know: HMAC of the names under the course's own key.
-
-    The names include the submitted notebook's digest (``submission_digest``): a resubmission draws
-    new hidden scenarios, and a regrade of the same bytes the same ones. No visible seed reproduces them.
-    """
-    digest = hmac.new(_course_key(root), "/".join(names).encode(), hashlib.sha256)
-    return int(digest.hexdigest(), 16) % 2**31  # numpy and torch seeds fit in 31 bits
-
-
-def submission_digest(path: Path) -> str:
-    """The submitted notebook's SHA-256: what makes its hidden draw its own."""
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-
-
-def seed_family(root: Path, *names: str) -> str:
-    """A short public name for the draw of one submission (``reports/hidden_draws.log``): equal names,
-    equal hidden scenarios; it tells nothing of the seeds themselves (a different HMAC message)."""
-    return hmac.new(_course_key(root), ("family/" + "/".join(names)).encode(), hashlib.sha256).hexdigest()[:12]
-
-
-HIDDEN_DRAWS_LOG = Path("reports") / "hidden_draws.log"
-
-
-def log_hidden_draw(root: Path, ids: dict, digest: str, family: str) -> None:
-    """One line per graded notebook: who, which submitted bytes, which family of hidden draws."""
-    import datetime
-
-    path = root / HIDDEN_DRAWS_LOG
-    path.parent.mkdir(exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    fields = [now, *(str(ids.get(key)) for key in ("student", "assignment", "notebook")), digest[:16], family]
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write("\t".join(fields) + "\n")
-
-
-def with_secret_seeds(calls: list[dict], seed: int) -> list[dict]:
-    """The hidden calls' seeds replaced by the secret one (the clean run's own hidden scenarios)."""
-    return [
-        {**call, "kwargs": {**call["kwargs"], "seed": seed}} if call["hidden"] and "seed" in call["kwargs"] else call
-        for call in calls
-    ]
 
 
 def _exception_name(name: object) -> str:
@@ -204,245 +137,7 @@ def _kernel_passed(cell: NotebookNode) -> bool:
     return score is not None and max_score is not None and score >= max_score
 
 
-def _learner_host(submission: sandbox.Submission) -> tuple[sandbox.Sandbox | None, list[str]]:
-    """The student's sandbox for the learner's process, and the command that starts it there.
-
-    The checker (``opinion_runner``) runs outside: it runs no student code. The learner's process
-    (``learner_host``) runs inside, read-only, with the learner's view of the package in place of
-    the package (no check, reference or answer to read or import).
-    """
-    if sandbox.sandbox_disabled():
-        return None, [sys.executable, str(HOST)]
-    box = sandbox.Sandbox(
-        submission, readable=[HOST.parent], scratch_writable=False, package=sandbox.learner_package_view()
-    )
-    return box, [*box.prefix, sys.executable, str(HOST), "--sandboxed"]
-
-
-def _checker() -> list[str]:
-    return [sys.executable, str(RUNNER)]
-
-
-def _checker_environment() -> dict[str, str]:
-    """The checker's environment: the grader's, and, unless grading is unsafe, the sandbox its kernel
-    processes run in (``sandbox.kernel_process_prefix``: the learner's kernels run there, not here)."""
-    environment = dict(os.environ)
-    if not sandbox.sandbox_disabled():
-        environment["PAGED_HELPERS_KERNEL_PREFIX"] = json.dumps(sandbox.kernel_process_prefix())
-    return environment
-
-
-class RunnerJob:
-    """One opinion_runner.py process for one notebook (``run_runner``), started now, read later."""
-
-    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
-        self.deadline = time.monotonic() + budget
-        self.box, host = _learner_host(submission)
-        spec = {**spec, "host": host, "cwd": str(submission.scratch)}
-        self.folder = Path(tempfile.mkdtemp(prefix="paged-opinion-"))
-        self.spec_path = self.folder / "spec.json"
-        self.spec_path.write_text(json.dumps(spec))
-        # Files, not pipes: nobody reads the output until the kernel's run is over.
-        self.stdout = tempfile.TemporaryFile()
-        self.group = sandbox.student_leaf(submission)  # the student's share, with their kernel processes
-        self.process = subprocess.Popen(
-            [*self.group.enter_command(), *_checker(), str(self.spec_path)],
-            cwd=submission.scratch,
-            env=_checker_environment(),
-            stdin=subprocess.DEVNULL,
-            stdout=self.stdout,
-            stderr=subprocess.DEVNULL,
-        )
-        _RUNNING.add(self)
-
-    def verdicts(self) -> dict:
-        """Wait (until the budget is spent) for the runner; its verdicts ({} when it gave none)."""
-        try:
-            self.process.wait(timeout=max(0.0, self.deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.close()
-            return {}
-        self.close()
-        self.stdout.seek(0)
-        lines = self.stdout.read().decode(errors="replace").strip().splitlines()
-        self.stdout.close()
-        try:
-            return json.loads(lines[-1]) if lines else {}
-        except ValueError:
-            return {}
-
-    def close(self) -> None:
-        """Stop the runner if it still runs, and remove its sandbox."""
-        _RUNNING.discard(self)
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.box is not None:
-            self.box.close()
-            self.box = None
-        self.group.kill_all_and_remove()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-class StudentRunner:
-    """One ``opinion_runner.py --serve`` (outside the sandbox) for all the notebooks of one submission,
-    with its learner's process in the student's sandbox.
-
-    torch and the checks are imported once per student instead of once per notebook, and so is
-    the learner's zygote, which forks a fresh learner process for every cell and kills whatever
-    one left behind. A runner that overruns a notebook's budget is killed; the next notebook
-    starts a new one.
-    """
-
-    def __init__(self, submission: sandbox.Submission):
-        self.student = (submission.root, submission.student)
-        self.box, self.host = _learner_host(submission)
-        # In the student's cgroup (``sandbox.student_leaf``), and so are the kernel processes it starts.
-        self.group = sandbox.student_leaf(submission)
-        self.process = subprocess.Popen(
-            [*self.group.enter_command(), *_checker(), "--serve"],
-            cwd=submission.scratch,
-            env=_checker_environment(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.pending = b""
-        self.requests = 0
-        _RUNNING.add(self)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def send(self, submission: sandbox.Submission, spec: dict) -> int:
-        """Queue one notebook's clean run; the request number its verdicts will carry."""
-        self.requests += 1
-        if self.box is not None:
-            self.box.prepare(submission.assignment)
-        spec = {**spec, "host": self.host, "cwd": str(submission.scratch), "request": self.requests}
-        self.process.stdin.write((json.dumps(spec) + "\n").encode())
-        self.process.stdin.flush()
-        return self.requests
-
-    def receive(self, request: int, sent_at: float, budget: float) -> dict | None:
-        """The verdicts of ``request``; None if the runner died or overran its budget.
-
-        The budget counts from when the runner began the request (its ``started`` line), not from
-        when it was queued, and whatever the runner already wrote is read before a deadline is
-        judged: a verdict that arrived while nbgrader's kernel was still running always counts.
-        A ``started`` time is believed only between ``sent_at`` and ``sent_at + budget``.
-        """
-        fd = self.process.stdout.fileno()
-        deadline = sent_at + 2 * budget
-        while True:
-            while b"\n" in self.pending:
-                line, self.pending = self.pending.split(b"\n", 1)
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # the package's banner, printed when the runner imported it
-                if not isinstance(record, dict) or record.get("request") != request:
-                    continue
-                started = record.get("started")
-                if isinstance(started, float) and sent_at <= started <= sent_at + budget:
-                    deadline = started + budget
-                elif isinstance(record.get("results"), dict):
-                    return record["results"]
-            left = deadline - time.monotonic()
-            if not select.select([fd], [], [], max(0.0, left))[0]:
-                return None  # nothing more was written, and the budget is spent
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self.pending += chunk
-
-    def close(self) -> None:
-        _RUNNING.discard(self)
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            with contextlib.suppress(OSError):
-                stream.close()
-        if self.box is not None:
-            self.box.close()
-            self.box = None
-        self.group.kill_all_and_remove()
-
-
-_STUDENT_RUNNER: list[StudentRunner] = []  # at most one: the submission being graded
-
-
-def _student_runner(submission: sandbox.Submission) -> StudentRunner:
-    """The running runner of this submission's student, or a new one (any other is stopped)."""
-    while _STUDENT_RUNNER:
-        runner = _STUDENT_RUNNER.pop()
-        if runner.student == (submission.root, submission.student) and runner.alive():
-            _STUDENT_RUNNER.append(runner)
-            return runner
-        runner.close()
-    runner = StudentRunner(submission)
-    _STUDENT_RUNNER.append(runner)
-    return runner
-
-
-class NotebookJob:
-    """One notebook's clean re-run on its student's runner: sent now, read later (``verdicts``).
-
-    Sent before nbgrader's kernel runs the notebook (``StartSecondOpinion``), so that on a
-    2-core machine the clean re-run and the kernel's run take a core each instead of one after
-    the other. The runner reads only the submitted notebook and the check calls taken from the
-    locked test cells, never anything the kernel produces, so starting it early changes
-    nothing it sees; the scores are still decided after both are done.
-    """
-
-    def __init__(self, submission: sandbox.Submission, spec: dict, budget: float):
-        self.sent_at, self.budget = time.monotonic(), budget
-        self.runner = _student_runner(submission)
-        try:
-            self.request = self.runner.send(submission, spec)
-        except OSError:  # the runner is gone: a fresh one for this notebook
-            _STUDENT_RUNNER.remove(self.runner)
-            self.runner.close()
-            self.runner = _student_runner(submission)
-            self.request = self.runner.send(submission, spec)
-        self.done = False
-
-    def verdicts(self) -> dict:
-        if self.done:
-            return {}
-        self.done = True
-        results = self.runner.receive(self.request, self.sent_at, self.budget)
-        if results is None:  # dead or over budget: nothing of it may serve the next notebook
-            if self.runner in _STUDENT_RUNNER:
-                _STUDENT_RUNNER.remove(self.runner)
-            self.runner.close()
-            return {}
-        return results
-
-    def close(self) -> None:
-        """Abandoned (its notebook was not graded to the end): the runner may be mid-notebook."""
-        if not self.done:
-            self.done = True
-            if self.runner in _STUDENT_RUNNER:
-                _STUDENT_RUNNER.remove(self.runner)
-            self.runner.close()
-
-
-_RUNNING: set = set()
-_STARTED: dict[tuple, tuple[NotebookJob, _Plan]] = {}  # (student, assignment, notebook) -> (job, plan)
-
-
-@atexit.register
-def _stop_all_runners() -> None:
-    for job in list(_RUNNING):
-        job.close()
-    _STUDENT_RUNNER.clear()
-
-
-def run_runner(submission: sandbox.Submission, spec: dict, budget: float) -> dict:
-    """Run opinion_runner.py on ``spec`` (sandboxed unless grading is unsafe); its verdicts."""
-    return RunnerJob(submission, spec, budget).verdicts()
+_STARTED: dict[tuple, tuple[runners.NotebookJob, _Plan]] = {}  # (student, assignment, notebook) -> (job, plan)
 
 
 def _key(ids: dict) -> tuple:
@@ -453,7 +148,7 @@ class _Plan:
     """What the second opinion replays for one notebook: its test cells and their check calls."""
 
     def __init__(self, nb, ids: dict, log):
-        self.submission = sandbox.Submission(Path.cwd(), ids["student"], ids["assignment"])
+        self.submission = bubblewrap.Submission(Path.cwd(), ids["student"], ids["assignment"])
         self.submitted = Path.cwd() / "submitted" / ids["student"] / ids["assignment"] / f"{ids['notebook']}.ipynb"
         self.grade_ids: list[str] = []  # the replayed test cells, in notebook order
         self.cells: list[dict] = []
@@ -482,15 +177,15 @@ class _Plan:
     def budget(self, timeout: int, cells: int | None = None) -> float:
         return timeout * (len(self.cells) if cells is None else cells) + 120
 
-    def start(self, timeout: int, only: list[str] | None = None, final: bool = False) -> NotebookJob:
+    def start(self, timeout: int, only: list[str] | None = None, final: bool = False) -> runners.NotebookJob:
         """The clean run of the replayed cells (of those in ``only``); ``final``: the grader's last run
-        of them, where a cell that runs out of time has failed (``opinion_runner``)."""
+        of them, where a cell that runs out of time has failed (``clean_run.checker``)."""
         if not self.draw_logged and any(call["hidden"] for cell in self.cells for call in cell["calls"]):
             log_hidden_draw(Path.cwd(), self.ids, self.digest, self.seed_family)
             self.draw_logged = True
         cells = [cell for cell in self.cells if only is None or cell["grade_id"] in only]
         spec = {"notebook": str(self.submitted), "cells": cells, "timeout": timeout, "final": final}
-        return NotebookJob(self.submission, spec, budget=self.budget(timeout, len(cells)))
+        return runners.NotebookJob(self.submission, spec, budget=self.budget(timeout, len(cells)))
 
     def withhold_hidden_tests(self, nb) -> None:
         """The kernel runs only the visible lines of the replayed test cells (``restore_hidden_tests``).
@@ -503,9 +198,9 @@ class _Plan:
         replayed = set(self.grade_ids)
         for cell in nb.cells:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if is_autograded_test(cell) and grade_id in replayed and hidden.BEGIN in cell.source:
+            if is_autograded_test(cell) and grade_id in replayed and hidden_tests.BEGIN in cell.source:
                 self.withheld[grade_id] = cell.source
-                cell.source = hidden.without_hidden_lines(cell.source)
+                cell.source = hidden_tests.without_hidden_lines(cell.source)
 
     def restore_hidden_tests(self, nb) -> None:
         """The test cells' full sources back, for the autograded notebook (feedback clears them)."""
@@ -558,10 +253,10 @@ class SecondOpinion(NbGraderPreprocessor):
         tests = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in nb.cells if is_autograded_test(cell)}
         tests = {grade_id: tests[grade_id] for grade_id in plan.grade_ids if grade_id in tests}
         suspicious = scan(nbformat.read(plan.submitted, as_version=4))
-        lines = [line for cell in tests.values() for line in hidden.hidden_lines(cell.source)]
-        parameters = hidden.hidden_parameters(lines)
+        lines = [line for cell in tests.values() for line in hidden_tests.hidden_lines(cell.source)]
+        parameters = hidden_tests.hidden_parameters(lines)
         parameters.setdefault("seed", set()).update(plan.secret_seeds)
-        self.hide = hidden.Scrubber(lines, parameters)  # what students may not see
+        self.hide = hidden_tests.Scrubber(lines, parameters)  # what students may not see
         for grade_id, cell in tests.items():
             if grade_id in verdicts:
                 self._reconcile(ids, grade_id, cell, verdicts[grade_id], suspicious)
@@ -596,7 +291,7 @@ class SecondOpinion(NbGraderPreprocessor):
         if kernel and not clean and not verdict["flags"] and verdict.get("hidden"):
             # The kernel ran the visible calls only (withhold_hidden_tests): a hidden scenario
             # failed, which is an ordinary failed test, shown as the check's own words (the parts
-            # the checker sent, never re-read from a message; see opinion_runner.failure_verdict).
+            # the checker sent, never re-read from a message; see clean_run.checker.failure_verdict).
             failure = verdict.get("failure") if isinstance(verdict.get("failure"), dict) else {}
             ename = _exception_name(failure.get("type"))
             message = self.hide(str(failure.get("text") or "a hidden scenario failed"))[:1500]

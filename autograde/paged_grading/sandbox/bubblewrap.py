@@ -1,13 +1,13 @@
 """A bubblewrap sandbox around every piece of student code the grader runs.
 
 What a sandboxed process (the grading kernel of one student's notebook, or the learner's process
-of a second-opinion run, see ``second_opinion``) can see and do:
+of a second-opinion run, see ``clean_run``) can see and do:
 
 * the file system is empty except for, read-only: the system (``/usr``, ``/etc``), the Python
   runtime and virtual environment, the installed ``paged_helpers`` package folder (only that
   folder, never the repository around an editable install; for the learner's process of the
   clean run, the package's learner view in its place: no checks or references), the grader's
-  pristine copies of the package (``guard``), the student's own ``submitted/<student>/`` folder,
+  pristine copies of the package (``package_copies``), the student's own ``submitted/<student>/`` folder,
   and ``published/`` when the course has one (released solutions of earlier notebooks). At the path of the
   student's ``autograded/<student>/`` lies a scratch folder of the grader's (``Sandbox.scratch``),
   never the real one: the kernel works in ``<scratch>/<assignment>/``, which starts with copies of
@@ -59,6 +59,8 @@ import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+
+from .package_copies import installed_package_dir
 
 LOG = logging.getLogger(__name__)
 BWRAP = "bwrap"
@@ -126,12 +128,6 @@ def python_runtime_dirs() -> list[Path]:
     """The interpreter, its standard library and the virtual environment (read-only in the sandbox)."""
     dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.exec_prefix).resolve()}
     return sorted(dirs)
-
-
-def installed_package_dir() -> Path:
-    from .guard import installed_package_dir as where  # nbgrader comes with guard: imported when needed
-
-    return where()
 
 
 def course_data_dirs() -> list[Path]:

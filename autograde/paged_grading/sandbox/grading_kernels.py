@@ -28,15 +28,15 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool
 
-from .sandbox import PRIVATE_PREFIX, Sandbox, Submission, install_signal_cleanup, owner_tag, sandbox_disabled
+from .. import integrity
+from .bubblewrap import PRIVATE_PREFIX, Sandbox, Submission, install_signal_cleanup, owner_tag, sandbox_disabled
+from .package_copies import snapshot_for_this_grading_run
 
 LOG = logging.getLogger(__name__)
 
 
 def pristine_copies() -> list[Path]:
     """The folder of the guard's verified copies of the package (this notebook's and later ones')."""
-    from .guard import snapshot_for_this_grading_run
-
     return [snapshot_for_this_grading_run().copies_folder]
 
 
@@ -159,8 +159,6 @@ def _log_leftovers(box: Sandbox, assignment: str | None = None) -> None:
     They are never followed (the scratch is the grader's throwaway folder, and nothing of it is
     read back); the line tells the instructor that the submission tried.
     """
-    from . import integrity
-
     assignment = assignment or box.submission.assignment
     found = box.leftovers(assignment)
     if found:

@@ -9,7 +9,7 @@ file's SHA-256, then call ``fresh_helpers(root, manifest_sha256)``, which
 2. drops every ``paged_helpers`` module from ``sys.modules`` and imports the package afresh
    from the pristine copy, under its real name (so a check that pickles a function by name
    for a child process still finds it);
-3. marks the run as graded (``PAGED_HELPERS_GRADED=1``, read by ``checks.speaking.report`` when a check
+3. marks the run as graded (``PAGED_HELPERS_GRADED=1``, read by ``checks.registry`` when a check
    starts): a check cell that asks ``unfinished="note"`` so that Run All goes on in a learner's
    workspace still fails here, and unfinished code scores zero;
 4. returns the fresh package, which the cell binds to ``ph``.

@@ -11,7 +11,7 @@ kernel per request:
   the sandbox does not contain, so no kernel can replace it, reach it, or answer in its place;
 * a request is one JSON line on a new connection: ``{"cwd": the notebook's autograde folder,
   "argv": ipykernel's arguments (the connection file, ...)}``; the answer is ``{"pid": ...}``;
-* as soon as a kernel ends, whatever it left is removed (``sandbox_inside``): its processes,
+* as soon as a kernel ends, whatever it left is removed (``between_notebooks``): its processes,
   ``/tmp``, ``/dev/shm``, System V IPC; the grader waits for that (a ``{"clean": true}``
   request, answered once it is done) before it moves on to the next notebook. A kernel therefore
   starts as in a sandbox of its own (the student's sandbox: their folders, no network, limits);
@@ -33,7 +33,7 @@ import signal
 import socket
 import sys
 
-import sandbox_inside
+import between_notebooks
 
 POLL_S = 0.05
 
@@ -89,8 +89,8 @@ def _serve_one(connection: socket.socket, listener: socket.socket) -> None:
     try:
         _stand_by(connection, pid)
     finally:  # before the next request is read: the next notebook finds nothing of this one
-        sandbox_inside.kill_everything_else()
-        sandbox_inside.empty_tmp()
+        between_notebooks.kill_everything_else()
+        between_notebooks.empty_tmp()
 
 
 def _stand_by(connection: socket.socket, pid: int) -> None:
@@ -121,7 +121,7 @@ def _import_what_every_kernel_imports() -> None:
 
 
 def main(listener_fd: int) -> int:
-    sandbox_inside.non_dumpable()
+    between_notebooks.non_dumpable()
     _import_what_every_kernel_imports()
     listener = socket.socket(fileno=listener_fd)
     print("ready", flush=True)

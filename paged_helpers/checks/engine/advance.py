@@ -35,7 +35,8 @@ from ..reading.ledger import ceil_div
 from ..reading.strict import learner_int
 from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.hidden import redraw_until, run_hidden_scenarios
+from ..speaking.hidden import redraw_until
+from ..story import Story, drawn, ran
 from . import rules
 from .stages import BLOCK_SIZE, NOTEBOOK, PARTNERS, _engine, _place, _tokens
 
@@ -389,14 +390,10 @@ def check_engine_advance(engine_class, cache_class, prefix_cache_class, *, seed:
     ``hidden=True`` (the hidden tests): both ``ADVANCE_KINDS`` steps, each of every kind of chunk and
     ``EXTRA_CHUNKS`` more, drawn from ``seed`` (``Step.draw``), messages without their numbers.
     """
-    classes = (engine_class, cache_class, prefix_cache_class)
-    if hidden:
-        runners = {
-            description: (lambda classes, rng, kind=kind: kind.draw(rng).run(classes))
-            for description, kind in ADVANCE_KINDS.items()
-        }
-        run_hidden_scenarios(runners, seed, classes)
-        return "hidden scenarios"
-    VISIBLE_STEP.run(classes)
     kinds = ", ".join(chunk.kind for chunk in VISIBLE_STEP.chunks)
-    return f"one step of {len(VISIBLE_STEP.chunks)} chunks ({kinds})"
+    story = Story(
+        visible=(ran(VISIBLE_STEP),),
+        hidden={description: drawn(kind.draw) for description, kind in ADVANCE_KINDS.items()},
+        told=f"one step of {len(VISIBLE_STEP.chunks)} chunks ({kinds})",
+    )
+    return story.tell((engine_class, cache_class, prefix_cache_class), seed=seed, hidden=hidden)

@@ -16,7 +16,7 @@ each check takes milliseconds.
 Each scenario is a small frozen dataclass: its sizes, ``draw(rng)`` (the hidden tests' sizes,
 drawn from the grader's seed, always a scenario every correct engine passes) and ``run``. The
 visible calls run the ``VISIBLE_*`` instances; ``hidden=True`` runs every kind of the check's
-``*_KINDS`` drawn from ``seed`` (``report.run_hidden_scenarios``: messages without numbers). A draw
+``*_KINDS`` drawn from ``seed`` (a ``Story``'s hidden kinds: messages without numbers). A draw
 never makes a kind smaller or easier: how many requests, sequences and samples a scenario holds is
 fixed at the largest the kind runs (``QUEUE_REQUESTS``, ``BATCH_SEQUENCES``, ``POOL_SEQUENCES``,
 ``Fork.draw``, ``FinishOrder.draw``), and what a kind is named for (eviction, a preemption, every kind
@@ -36,7 +36,8 @@ from ..reading.ledger import ceil_div
 from ..reading.strict import learner_int, learner_list
 from ..registry import check
 from ..speaking.failure import CheckFailed, fail
-from ..speaking.hidden import redraw_until, run_hidden_scenarios
+from ..speaking.hidden import redraw_until
+from ..story import Story, drawn, ran
 from . import rules
 from .watch import Refused, Watch, build
 
@@ -455,24 +456,22 @@ def check_engine_admission(engine_class, cache_class, prefix_cache_class, *, see
     ``hidden=True`` (the hidden tests) runs every kind of ``ADMISSION_KINDS`` with sizes drawn from
     ``seed``, and names none of their numbers.
     """
-    classes = (engine_class, cache_class, prefix_cache_class)
-    if hidden:
-        _run_hidden(ADMISSION_KINDS, seed, classes)
-        return "hidden scenarios"
-    for scenario in VISIBLE_ADMISSION:
-        scenario.run(classes)
-    return "4 scenarios (the front door, a queue with a cached prefix, an idle engine, the spare 1%)"
+    return _story(VISIBLE_ADMISSION, ADMISSION_KINDS, ADMISSION_TOLD).tell(
+        (engine_class, cache_class, prefix_cache_class), seed=seed, hidden=hidden
+    )
 
 
-def _run_hidden(kinds: dict, seed: int, classes: tuple) -> None:
-    """Every kind of ``kinds`` (description -> ``draw(rng)``, a scenario with ``run(classes)``), drawn
-    from ``seed``: the hidden tests' scenarios, whose numbers the messages do not show."""
-    runners = {description: functools.partial(_draw_and_run, draw) for description, draw in kinds.items()}
-    run_hidden_scenarios(runners, seed, classes)
+ADMISSION_TOLD = "4 scenarios (the front door, a queue with a cached prefix, an idle engine, the spare 1%)"
 
 
-def _draw_and_run(draw, classes: tuple, rng: random.Random) -> None:
-    draw(rng).run(classes)
+def _story(visible: tuple, kinds: dict, told: str) -> Story:
+    """A stage's story: its visible cases played in order; each hidden kind a case drawn from the seed.
+    Every case plays on ``classes``, the learner's (engine, cache, prefix cache)."""
+    return Story(
+        visible=tuple(ran(case) for case in visible),
+        hidden={description: drawn(draw) for description, draw in kinds.items()},
+        told=told,
+    )
 
 
 # ---------------------------------------------------------------- planning a step
@@ -604,13 +603,8 @@ def check_engine_plan(engine_class, cache_class, prefix_cache_class, *, seed: in
 
     ``hidden=True`` (the hidden tests): batches, chunk sizes and budgets drawn from ``seed``.
     """
-    classes = (engine_class, cache_class, prefix_cache_class)
-    if hidden:
-        _run_hidden(PLAN_KINDS, seed, classes)
-        return "hidden scenarios"
-    for batch in VISIBLE_BATCHES:
-        batch.run(classes)
-    return f"{len(VISIBLE_BATCHES)} running batches"
+    story = _story(VISIBLE_BATCHES, PLAN_KINDS, f"{len(VISIBLE_BATCHES)} running batches")
+    return story.tell((engine_class, cache_class, prefix_cache_class), seed=seed, hidden=hidden)
 
 
 # ---------------------------------------------------------------- reserve, evict, preempt
@@ -836,13 +830,8 @@ def check_engine_reserve(engine_class, cache_class, prefix_cache_class, *, seed:
     ``hidden=True`` (the hidden tests): pools, sequences and plans drawn from ``seed``, the expected
     preemptions worked out from the blocks (``Pool.victims``).
     """
-    classes = (engine_class, cache_class, prefix_cache_class)
-    if hidden:
-        _run_hidden(RESERVE_KINDS, seed, classes)
-        return "hidden scenarios"
-    for pool in VISIBLE_POOLS:
-        pool.run(classes)
-    return f"{len(VISIBLE_POOLS)} pools"
+    story = _story(VISIBLE_POOLS, RESERVE_KINDS, f"{len(VISIBLE_POOLS)} pools")
+    return story.tell((engine_class, cache_class, prefix_cache_class), seed=seed, hidden=hidden)
 
 
 # ---------------------------------------------------------------- sampling by fork
@@ -1034,12 +1023,8 @@ def check_engine_fork(engine_class, cache_class, prefix_cache_class, *, seed: in
 
     ``hidden=True`` (the hidden tests): requests, seeds and finishing orders drawn from ``seed``.
     """
-    classes = (engine_class, cache_class, prefix_cache_class)
-    if hidden:
-        _run_hidden(FORK_KINDS, seed, classes)
-        return "hidden scenarios"
-    for scenario in VISIBLE_FORKS:
-        scenario.run(classes)
     fork = VISIBLE_FORKS[0]
     shared = ceil_div(fork.prompt, BLOCK_SIZE)
-    return f"{fork.n} samples sharing {shared} blocks; a request whose samples finish out of order"
+    told = f"{fork.n} samples sharing {shared} blocks; a request whose samples finish out of order"
+    story = _story(VISIBLE_FORKS, FORK_KINDS, told)
+    return story.tell((engine_class, cache_class, prefix_cache_class), seed=seed, hidden=hidden)

@@ -23,12 +23,24 @@ from dataclasses import dataclass
 
 import torch
 
-from ...running.gpu_compile import TARGETS, CompileResult, Launch, compile_launches, explain_failure, timed_out
-from ...running.kernel_process import KernelAnswer, KernelProcess, KernelProcessFailed
-from ...running.kernel_source import KERNEL_CELL_RULES, KernelModule, KernelSourceRefused
-from ...running.learner_kernel import KernelUnfinished, learner_kernel
+from ..reading.learner_code import (
+    KERNEL_CELL_RULES,
+    TARGETS,
+    CompileResult,
+    KernelAnswer,
+    KernelModule,
+    KernelProcess,
+    KernelProcessFailed,
+    KernelSourceRefused,
+    KernelUnfinished,
+    Launch,
+    compile_launches,
+    explain_failure,
+    learner_kernel,
+    timed_out,
+)
 from ..speaking.failure import CheckFailed, Finding, LearnerWords, NotImplementedYet, NoVerdict, fail, four_parts
-from ..speaking.report import count_call
+from ..speaking.tally import count_call
 
 __all__ = ["KernelLaunchFailed", "KernelUnderTest", "Parameter", "cpu_budget", "gpu_launch", "tensor_argument"]
 

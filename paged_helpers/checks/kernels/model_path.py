@@ -31,6 +31,7 @@ calls them layer by layer); when grading, each call runs in a child of the learn
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,18 +41,18 @@ import torch
 
 from ...checkpoint import tiny_qwen3
 from ...device import DEVICE
-from ...learner_view.calls import run_apart
-from ...learner_view.remote import is_remote
 from ...model import PagedAttention
 from ...reference import paged_decode_reference, paged_prefill_reference
 from ...workloads import fork_prompt
+from ..reading.cache_reads import new_paged_cache
 from ..reading.calls import call_learner
+from ..reading.learner_code import is_remote, run_apart
 from ..reading.model_run import ModelRun
-from ..reading.pool_accounts import new_paged_cache
 from ..reading.strict import refuse_odd_value, strict_allclose, torch_unhooked
+from ..registry import check
 from ..speaking.failure import Hint, NotImplementedYet, fail
-from ..speaking.report import check, run_hidden_scenarios
-from .attention import TIME_LIMIT_S, TOLERANCES
+from ..story import Story
+from .paged_attention import TIME_LIMIT_S, TOLERANCES
 
 __all__ = ["check_kernel_fork_logits"]
 
@@ -479,12 +480,14 @@ def check_kernel_fork_logits(
     PagedKVCache: Any,  # noqa: N803
     seed: int = 0,
     hidden: bool = False,
-) -> None:
+) -> str | None:
     """Notebook 04's fork milestone with attention on your kernels: every step equals a from-scratch run.
 
     ``hidden=True`` (the hidden tests) runs every one of ``HIDDEN_KINDS`` instead, sized by ``seed``.
     """
-    if hidden:
-        run_hidden_scenarios(HIDDEN_KINDS, seed, PagedKVCache, paged_decode_attention, paged_prefill_attention)
-        return
-    _story(PagedKVCache, paged_decode_attention, paged_prefill_attention, random.Random(seed), seed)
+    story = Story(visible=(functools.partial(_visible_story, seed=seed),), hidden=HIDDEN_KINDS)
+    return story.tell(PagedKVCache, paged_decode_attention, paged_prefill_attention, seed=seed, hidden=hidden)
+
+
+def _visible_story(PagedKVCache: Any, decode: Callable, prefill: Callable, rng: random.Random, *, seed: int) -> None:  # noqa: N803
+    _story(PagedKVCache, decode, prefill, rng, seed)

@@ -29,14 +29,12 @@ from dataclasses import dataclass
 import torch
 
 from ...device import DEVICE, INFO
-from ...learner_view.calls import run_apart
-from ...learner_view.remote import is_remote
 from ...reference import paged_decode_reference, paged_prefill_reference
-from ...running import spawned
-from ...running.isolated import Outcome
+from ..reading.learner_code import Outcome, is_remote, run_apart, spawned
 from ..reading.strict import strict_allclose
+from ..registry import check
 from ..speaking.failure import CheckFailed, Finding, LearnerWords, NotImplementedYet, fail, four_parts
-from ..speaking.report import check, count_call
+from ..speaking.tally import count_call
 from .bugs import DECODE_BUGS, PREFILL_BUGS, Bug, decode_as, prefill_as
 from .launching import KernelUnderTest, Parameter, tensor_argument
 from .scenarios import (

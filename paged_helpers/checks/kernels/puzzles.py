@@ -29,6 +29,7 @@ under a causal mask in absolute positions, with query rows past the chunk masked
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -38,8 +39,9 @@ import torch
 
 from ...device import DEVICE
 from ..reading.strict import strict_allclose
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check, run_hidden_scenarios
+from ..story import Story
 from .launching import KernelLaunchFailed, KernelUnderTest, Parameter
 
 __all__ = [
@@ -122,14 +124,12 @@ def _unwritten(got: torch.Tensor) -> torch.Tensor:
     return got == UNWRITTEN
 
 
-def _hidden(run_cases: Callable, draw_cases: Callable, kernel: KernelUnderTest, seed: int) -> str:
-    """The hidden scenarios of a puzzle: its own scenario loop on cases drawn from the grader's seed."""
-    run_hidden_scenarios(
-        {"sizes drawn from the grader's seed": lambda learner, rng: run_cases(learner, draw_cases(rng))},
-        seed,
-        kernel,
+def _puzzle(run_cases: Callable, visible_cases: Callable[[], object], draw_cases: Callable) -> Story:
+    """A puzzle's story: its own loop over its visible cases; hidden, the same loop on cases drawn from the seed."""
+    return Story(
+        visible=(lambda kernel, _rng: run_cases(kernel, visible_cases()),),
+        hidden={"sizes drawn from the grader's seed": lambda kernel, rng: run_cases(kernel, draw_cases(rng))},
     )
-    return "hidden scenarios"
 
 
 # --------------------------------------------------------------------------- puzzle 1: scale
@@ -145,9 +145,8 @@ def check_scale_kernel(scale_kernel: object, *, seed: int = 0, hidden: bool = Fa
     tile sizes and factors drawn from the grader's seed.
     """
     with KernelUnderTest(scale_kernel, "scale_kernel", SCALE_PARAMETERS) as kernel:
-        if hidden:
-            return _hidden(_scale_cases, _random_scale_cases, kernel, seed)
-        return _scale_cases(kernel, _SCALE_CASES)
+        story = _puzzle(_scale_cases, lambda: _SCALE_CASES, _random_scale_cases)
+        return story.tell(kernel, seed=seed, hidden=hidden)
 
 
 def _random_scale_cases(rng) -> tuple:
@@ -214,9 +213,9 @@ def check_row_max_kernel(row_max_kernel: object, *, seed: int = 0, hidden: bool 
     """Puzzle 2: `row_max_kernel`, launched by the check with grid (rows,) and BLOCK =
     next_power_of_2(cols): out[r] = max of row r, rows strided."""
     with KernelUnderTest(row_max_kernel, "row_max_kernel", ROW_MAX_PARAMETERS) as kernel:
-        if hidden:
-            return _hidden(_row_max_cases, _random_row_max_inputs, kernel, seed)
-        return _row_max_cases(kernel, _row_max_inputs(torch.Generator().manual_seed(62)))
+        visible = functools.partial(_row_max_inputs, torch.Generator().manual_seed(62))
+        story = _puzzle(_row_max_cases, visible, _random_row_max_inputs)
+        return story.tell(kernel, seed=seed, hidden=hidden)
 
 
 def _random_row_max_inputs(rng) -> list[tuple[str, torch.Tensor]]:
@@ -288,9 +287,8 @@ def check_gather_rows_kernel(gather_rows_kernel: object, *, seed: int = 0, hidde
     The table's row r holds r + 0.01 * column, so a wrong row is named by the values it brought back.
     """
     with KernelUnderTest(gather_rows_kernel, "gather_rows_kernel", GATHER_ROWS_PARAMETERS) as kernel:
-        if hidden:
-            return _hidden(_gather_rows_cases, _random_gather_cases, kernel, seed)
-        return _gather_rows_cases(kernel, _GATHER_CASES)
+        story = _puzzle(_gather_rows_cases, lambda: _GATHER_CASES, _random_gather_cases)
+        return story.tell(kernel, seed=seed, hidden=hidden)
 
 
 def _random_gather_cases(rng) -> list[tuple]:
@@ -394,9 +392,9 @@ def check_softmax_kernel(softmax_kernel: object, *, seed: int = 0, hidden: bool 
     """Puzzle 4: `softmax_kernel`, launched by the check with grid (rows,): a row softmax computed
     tile by tile with a running max and sum."""
     with KernelUnderTest(softmax_kernel, "softmax_kernel", SOFTMAX_PARAMETERS) as kernel:
-        if hidden:
-            return _hidden(_softmax_run, _random_softmax_cases, kernel, seed)
-        return _softmax_run(kernel, _softmax_cases(torch.Generator().manual_seed(64)))
+        visible = functools.partial(_softmax_cases, torch.Generator().manual_seed(64))
+        story = _puzzle(_softmax_run, visible, _random_softmax_cases)
+        return story.tell(kernel, seed=seed, hidden=hidden)
 
 
 def _random_softmax_cases(rng) -> list[tuple[str, torch.Tensor, int]]:
@@ -811,20 +809,20 @@ def check_load_block_kernel(load_block_kernel: object, *, seed: int = 0, hidden:
     of ``HIDDEN_BLOCK_KINDS``, sized by ``seed``, in place of the visible block drawn
     from ``seed``.
     """
-    # The hidden run's seed is the grader's secret: a case drawn from it runs only as a hidden kind,
-    # whose message shows none of its sizes.
-    drawn = (
-        () if hidden else (_random_block_case(f"a block drawn with seed {seed}", random.Random(f"load_block/{seed}")),)
-    )
-    cases = (*_BLOCK_CASES, *drawn)
+    story = Story(visible=(functools.partial(_visible_blocks, seed=seed),), hidden=HIDDEN_BLOCK_KINDS)
     with KernelUnderTest(load_block_kernel, "load_block_kernel", LOAD_BLOCK_PARAMETERS) as kernel:
-        for case in cases:
-            _run_block_case(kernel, case)
-        if hidden:
-            run_hidden_scenarios(HIDDEN_BLOCK_KINDS, seed, kernel)
-    blocks = len(cases) + (len(HIDDEN_BLOCK_KINDS) if hidden else 0)
+        return story.tell(kernel, seed=seed, hidden=hidden)
+
+
+def _visible_blocks(kernel: KernelUnderTest, _rng: random.Random, *, seed: int) -> str:
+    """The table's blocks, and one drawn from ``seed`` (a hidden seed draws only hidden kinds, whose
+    messages show none of their sizes)."""
+    cases = (*_BLOCK_CASES, _random_block_case(f"a block drawn with seed {seed}", random.Random(f"load_block/{seed}")))
+    for case in cases:
+        _run_block_case(kernel, case)
     return (
-        f"{blocks} blocks, including a partly filled last block with stale slots and two pools that are not contiguous"
+        f"{len(cases)} blocks, including a partly filled last block with stale slots and two pools that are not "
+        "contiguous"
     )
 
 
@@ -883,13 +881,18 @@ def check_block_scores_kernel(block_scores_kernel: object, *, seed: int = 0, hid
     """Puzzle 6: `block_scores_kernel`, launched by the check with grid (cdiv(length, BLOCK),): program b
     stores the scores scale * (q . k) of the BLOCK keys of block b, -inf for the slots past the length."""
     with KernelUnderTest(block_scores_kernel, "block_scores_kernel", BLOCK_SCORES_PARAMETERS) as kernel:
-        if hidden:
-            run_hidden_scenarios(HIDDEN_BLOCK_SCORES_KINDS, seed, kernel)
-            return "hidden scenarios"
-        generator = torch.Generator().manual_seed(66)
-        for description, length, block, head_dim in _BLOCK_SCORES_CASES:
-            _run_block_scores(kernel, description, length, block, head_dim, generator)
-    return f"{len(_BLOCK_SCORES_CASES)} lengths, including a partly filled last block and a single key"
+        story = Story(
+            visible=(_visible_block_scores,),
+            hidden=HIDDEN_BLOCK_SCORES_KINDS,
+            told=f"{len(_BLOCK_SCORES_CASES)} lengths, including a partly filled last block and a single key",
+        )
+        return story.tell(kernel, seed=seed, hidden=hidden)
+
+
+def _visible_block_scores(kernel: KernelUnderTest, _rng: random.Random) -> None:
+    generator = torch.Generator().manual_seed(66)
+    for description, length, block, head_dim in _BLOCK_SCORES_CASES:
+        _run_block_scores(kernel, description, length, block, head_dim, generator)
 
 
 def _block_scores_as(q: torch.Tensor, k: torch.Tensor, block: int, scale: float, by: str) -> torch.Tensor | None:
@@ -1123,13 +1126,18 @@ def check_online_attention_kernel(online_attention_kernel: object, *, seed: int 
     """Puzzle 7: `online_attention_kernel`, launched by the check with grid (1,): one query's attention
     over keys and values read BLOCK rows at a time, with a running max, sum and accumulator."""
     with KernelUnderTest(online_attention_kernel, "online_attention_kernel", ONLINE_ATTENTION_PARAMETERS) as kernel:
-        if hidden:
-            run_hidden_scenarios(HIDDEN_ATTENTION_KINDS, seed, kernel)
-            return "hidden scenarios"
-        generator = torch.Generator().manual_seed(67)
-        for case in _ATTENTION_CASES:
-            _run_attention_case(kernel, case, generator)
-    return f"{len(_ATTENTION_CASES)} sequences, including a max in the last block and scores far below zero"
+        story = Story(
+            visible=(_visible_attention,),
+            hidden=HIDDEN_ATTENTION_KINDS,
+            told=f"{len(_ATTENTION_CASES)} sequences, including a max in the last block and scores far below zero",
+        )
+        return story.tell(kernel, seed=seed, hidden=hidden)
+
+
+def _visible_attention(kernel: KernelUnderTest, _rng: random.Random) -> None:
+    generator = torch.Generator().manual_seed(67)
+    for case in _ATTENTION_CASES:
+        _run_attention_case(kernel, case, generator)
 
 
 def _run_attention_case(kernel: KernelUnderTest, case: _AttentionCase, generator) -> None:
@@ -1296,13 +1304,18 @@ def check_causal_scores_kernel(causal_scores_kernel: object, *, seed: int = 0, h
     BLOCK)): program (t, b) stores the [TILE, BLOCK] tile of scale * q . k, -inf where the key's position
     is past the query's (start + row); rows past T and keys past start + T are neither loaded nor stored."""
     with KernelUnderTest(causal_scores_kernel, "causal_scores_kernel", CAUSAL_SCORES_PARAMETERS) as kernel:
-        if hidden:
-            run_hidden_scenarios(HIDDEN_CAUSAL_KINDS, seed, kernel)
-            return "hidden scenarios"
-        generator = torch.Generator().manual_seed(68)
-        for case in _CAUSAL_CASES:
-            _run_causal_case(kernel, case, generator)
-    return f"{len(_CAUSAL_CASES)} chunks, including a history that ends mid-block and a tile holding one query"
+        story = Story(
+            visible=(_visible_causal,),
+            hidden=HIDDEN_CAUSAL_KINDS,
+            told=f"{len(_CAUSAL_CASES)} chunks, including a history that ends mid-block and a tile holding one query",
+        )
+        return story.tell(kernel, seed=seed, hidden=hidden)
+
+
+def _visible_causal(kernel: KernelUnderTest, _rng: random.Random) -> None:
+    generator = torch.Generator().manual_seed(68)
+    for case in _CAUSAL_CASES:
+        _run_causal_case(kernel, case, generator)
 
 
 def _run_causal_case(kernel: KernelUnderTest, case: _CausalCase, generator) -> None:

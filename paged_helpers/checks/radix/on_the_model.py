@@ -24,6 +24,7 @@ chats running side by side in a small pool (eviction while requests hold locks).
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, NamedTuple
 
@@ -31,15 +32,16 @@ import torch
 
 from ...checkpoint import tiny_qwen3
 from ...device import DEVICE
-from ...learner_view.prefetch import prefetch
 from ...model import tiny_config
 from ...workloads import multi_turn_chats, random_tokens
 from ..reading.calls import call_learner
+from ..reading.learner_code import read_ahead
+from ..reading.ledger import ceil_div
 from ..reading.model_run import ModelRun
-from ..reading.pool_accounts import ceil_div
 from ..reading.strict import learner_dict, learner_int_list, learner_tensor, strict_equal
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check
+from ..story import Story
 
 __all__ = ["check_radix_logits"]
 
@@ -83,8 +85,8 @@ def longest_cached(served: list[tuple[int, ...]], probe: list[int]) -> int:
 
 def tree_blocks(radix: Any, scenario: str) -> dict[int, tuple[int, ...]]:
     """Each block in the learner's tree -> the tokens from the root to the end of that block (the
-    tree fetched in one request when it lives in another process: ``learner_view.prefetch``)."""
-    prefetch(radix, names=("root", "children", "tokens", "blocks"), follow=("root", "children"))
+    tree fetched in one request when it lives in another process: ``read_ahead``)."""
+    read_ahead(radix, names=("root", "children", "tokens", "blocks"), follow=("root", "children"))
     found, stack = {}, [(radix.root, ())]
     while stack:
         node, prefix = stack.pop()
@@ -476,9 +478,15 @@ def _run(RadixCache: Any, PagedKVCache: Any, scenario: _Scenario, seed: int) -> 
     builds="RadixCache",
     partners=(("04_fork_and_copy_on_write", "PagedKVCache"),),
 )
-def check_radix_logits(RadixCache: Any, PagedKVCache: Any, seed: int = 0) -> None:
+def check_radix_logits(RadixCache: Any, PagedKVCache: Any, seed: int = 0) -> str:
     """Requests reusing the tree's blocks on the tiny Qwen3 give their from-scratch logits."""
-    rng = random.Random(seed)
-    for make in SCENARIOS:
-        _run(RadixCache, PagedKVCache, make(rng), seed)
-    return f"{len(SCENARIOS)} scenarios, every prefilled and decoded row equal to a from-scratch run"
+    story = Story(
+        visible=tuple(functools.partial(_planned, make, seed=seed) for make in SCENARIOS),
+        told=f"{len(SCENARIOS)} scenarios, every prefilled and decoded row equal to a from-scratch run",
+    )
+    return story.tell(RadixCache, PagedKVCache, seed=seed)
+
+
+def _planned(make: Any, RadixCache: Any, PagedKVCache: Any, rng: random.Random, *, seed: int) -> None:  # noqa: N803
+    """One scenario: planned from ``rng`` before any model runs (``make``), then served."""
+    _run(RadixCache, PagedKVCache, make(rng), seed)

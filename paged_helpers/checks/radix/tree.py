@@ -31,12 +31,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ...learner_view.prefetch import prefetch
 from ..reading.calls import call_learner, call_learner_allowing
-from ..reading.pool_accounts import ceil_div
+from ..reading.learner_code import read_ahead
+from ..reading.ledger import Ledger, ceil_div
 from ..reading.strict import learner_dict, learner_int, learner_int_list
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check, run_hidden_scenarios
+from ..story import Story
 
 __all__ = ["check_cache_aware_order", "check_radix_cache"]
 
@@ -75,7 +76,7 @@ LRU_HINT = (
 
 
 # What the check reads of the tree and the pool after a step: asked in one request when the learner's
-# objects live in another process (learner_view.prefetch), each read as before.
+# objects live in another process (read_ahead), each read as before.
 TREE_READS = ("root", "children", "tokens", "blocks", "lock_count", "parent", "refs", "num_free")
 
 
@@ -92,8 +93,9 @@ class _Engine:
         self.radix = call_learner(
             f"RadixCache(allocator, block_size={BLOCK})", RadixCache, self.allocator, BLOCK, scenario=scenario
         )
-        self.holds: dict[int, tuple[int, ...]] = {}  # block -> the prefix whose keys the check wrote in it
-        self.tables: dict[str, list[int]] = {}  # live requests' block tables
+        # ledger.tables: the live requests' block tables; ledger.contents[block]: the prefix whose keys
+        # the check wrote in it
+        self.ledger = Ledger(num_blocks)
         self.locked: dict[str, tuple[Any, tuple[int, ...]]] = {}  # request -> (node it locked, prefix)
         self.names: dict[tuple[int, ...], str] = {}  # inserted sequence -> its name in messages
 
@@ -128,7 +130,7 @@ class _Engine:
             )
         for index, block in enumerate(blocks):
             wanted = tuple(tokens[: (index + 1) * BLOCK])
-            if self.holds.get(block) != wanted:
+            if self.ledger.contents.get(block) != wanted:
                 fail(
                     where,
                     f"block {index} of the match holding the keys of tokens 0..{(index + 1) * BLOCK - 1} of this probe",
@@ -194,8 +196,8 @@ class _Engine:
             table.append(block)
         for index in range(len(blocks), ceil_div(len(prompt), BLOCK)):
             table.append(self.allocate(name))
-            self.holds[table[-1]] = tuple(prompt[: (index + 1) * BLOCK])  # the prefill writes this block
-        self.tables[request] = table
+            self.ledger.wrote(table[-1], tuple(prompt[: (index + 1) * BLOCK]))  # the prefill writes this block
+        self.ledger.tables[request] = table
         new = call_learner(
             f"insert({name}, table)", self.radix.insert, list(prompt), list(table), scenario=self.scenario
         )
@@ -237,7 +239,7 @@ class _Engine:
     def finish(self, request: str) -> None:
         node, _ = self.locked.pop(request)
         self.unlock(node, f"{request}'s node")
-        for block in self.tables.pop(request):
+        for block in self.ledger.tables.pop(request):
             call_learner(f"allocator.release({block})", self.allocator.release, block, scenario=self.scenario)
         self.verify(f"{self.scenario}, after request {request!r} finished (unlock, release its table)")
 
@@ -245,7 +247,7 @@ class _Engine:
     def read_ahead(self) -> None:
         """The tree's nodes and the pool's counts, fetched at once (the reads below are answered
         from it until the learner's code runs again; in one process this does nothing)."""
-        prefetch(self.radix, self.allocator, names=TREE_READS, follow=("root", "children"))
+        read_ahead(self.radix, self.allocator, names=TREE_READS, follow=("root", "children"))
 
     def path(self, node: Any, where: str) -> tuple[int, ...]:
         """The tokens from the root to ``node``."""
@@ -303,7 +305,7 @@ class _Engine:
         return learner_int(self.allocator.num_free, "allocator.num_free", self.scenario)
 
     def describe(self, block: int) -> str:
-        prefix = self.holds.get(block)
+        prefix = self.ledger.contents.get(block)
         if prefix is None:
             return "nothing written by this check"
         for sequence, name in self.names.items():
@@ -326,7 +328,7 @@ class _Engine:
             start = len(path) - len(tokens)
             for index, block in enumerate(blocks):
                 end = start + (index + 1) * BLOCK
-                if self.holds.get(block) != path[:end]:
+                if self.ledger.contents.get(block) != path[:end]:
                     fail(
                         where,
                         f"block {index} of the node ending after {len(path)} tokens holding the keys of its "
@@ -336,7 +338,7 @@ class _Engine:
                     )
                 in_tree[block] = in_tree.get(block, 0) + 1
         in_tables: dict[int, int] = {}
-        for table in self.tables.values():
+        for table in self.ledger.tables.values():
             for block in table:
                 in_tables[block] = in_tables.get(block, 0) + 1
         refs = self.refs()
@@ -397,7 +399,7 @@ class _Engine:
 
     def drain(self) -> None:
         """Finish every request, evict everything: no block may stay in use."""
-        for request in list(self.tables):
+        for request in list(self.ledger.tables):
             self.finish(request)
         self.evict(self.num_blocks)
         refs = self.refs()
@@ -462,8 +464,8 @@ def _duplicate_insert(RadixCache: Any, BlockAllocator: Any, rng: random.Random) 
     engine.finish("e1")
     table = [engine.allocate("E again") for _ in range(2)]
     for index, block in enumerate(table):
-        engine.holds[block] = tuple(e[: (index + 1) * BLOCK])
-    engine.tables["e2"] = table
+        engine.ledger.wrote(block, tuple(e[: (index + 1) * BLOCK]))
+    engine.ledger.tables["e2"] = table
     node = call_learner("insert(E, its own table)", engine.radix.insert, list(e), list(table), scenario=engine.scenario)
     engine.lock(node, "E")
     engine.locked["e2"] = (node, tuple(e))
@@ -572,13 +574,15 @@ def _pool_under_pressure(RadixCache: Any, BlockAllocator: Any, rng: random.Rando
     engine.drain()
 
 
+TREE_STORY = Story(
+    visible=(_every_prefix, _duplicate_insert, _locks, _lru_leaves, _pool_under_pressure), told="5 scenarios"
+)
+
+
 @check(notebook="10_radix_cache", builds="RadixCache", partners=(("02_block_allocator", "BlockAllocator"),))
 def check_radix_cache(RadixCache: Any, BlockAllocator: Any, seed: int = 0) -> None:
     """Longest-prefix matches, splits, references, locks, LRU leaf eviction, a pool under pressure."""
-    rng = random.Random(seed)
-    for scenario in (_every_prefix, _duplicate_insert, _locks, _lru_leaves, _pool_under_pressure):
-        scenario(RadixCache, BlockAllocator, rng)
-    return "5 scenarios"
+    return TREE_STORY.tell(RadixCache, BlockAllocator, seed=seed)
 
 
 # (what, waiting in arrival order, cached tokens, rounds waited, max_wait, expected order, hint if wrong)
@@ -720,6 +724,14 @@ _HIDDEN_QUEUES = {
 }
 
 
+def _every_order_case(cache_aware_order: Any, _rng: random.Random) -> None:
+    for case in ORDER_CASES:
+        _check_order(cache_aware_order, case)
+
+
+ORDER_STORY = Story(visible=(_every_order_case,), hidden=_HIDDEN_QUEUES, told=f"{len(ORDER_CASES)} queues")
+
+
 @check(notebook="10_radix_cache", builds="cache_aware_order")
 def check_cache_aware_order(cache_aware_order: Any, *, seed: int = 0, hidden: bool = False) -> None:
     """Most cached tokens first, ties by arrival, starving requests before everyone.
@@ -727,9 +739,4 @@ def check_cache_aware_order(cache_aware_order: Any, *, seed: int = 0, hidden: bo
     ``hidden=True`` (the hidden tests): every kind of ``_HIDDEN_QUEUES``, at its fixed size and number of
     starving requests, drawn from ``seed`` until each slip the kind is meant for orders it otherwise.
     """
-    if hidden:
-        run_hidden_scenarios(_HIDDEN_QUEUES, seed, cache_aware_order)
-        return f"{len(_HIDDEN_QUEUES)} hidden queues"
-    for case in ORDER_CASES:
-        _check_order(cache_aware_order, case)
-    return f"{len(ORDER_CASES)} queues"
+    return ORDER_STORY.tell(cache_aware_order, seed=seed, hidden=hidden)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..speaking.failure import CheckFailed, Finding, Hint, LearnerWords, NotImplementedYet, fail
-from ..speaking.report import count_call, device_problem
+from ..speaking.tally import count_call, device_problem
 from .strict import refuse_odd_value
 
 __all__ = ["call_learner", "call_learner_allowing", "expect_raise", "learner_raised"]

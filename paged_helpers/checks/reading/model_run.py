@@ -9,9 +9,10 @@ sequence (``scratch.expect_from_scratch``: one tolerance policy). ``ModelRun`` i
 bookkeeping and nothing else.
 
 Ownership: the model and ``tokens`` (for each sequence, every token whose keys its table holds, by
-the check's own account) belong to the check and are written only here; the cache belongs to the
-learner and is only called (``call_learner``) and read (``CacheReads``). A check adds what its
-notebook is about (a table account, a radix tree's records, the kernels' calls) around it.
+the check's own account) belong to the check and are written only here (a check cuts them through
+``keep_first``); the cache belongs to the learner and is only called (``call_learner``) and read
+(``CacheReads``). A check adds what its notebook is about (a table account, a radix tree's records,
+the kernels' calls) around it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 
 import torch
 
-from ...learner_view.access import create_holding
 from ..speaking.failure import Hint
 from .cache_reads import CacheReads
 from .calls import call_learner, call_learner_allowing
-from .pool_accounts import expect_all_free
+from .learner_code import create_holding
+from .ledger import expect_all_free
 from .scratch import expect_from_scratch, forward_through_cache
 from .strict import learner_int
 
@@ -63,6 +64,11 @@ class ModelRun:
     def fork(self, parent: Any, child: Any, scenario: str) -> None:
         call_learner(f"fork({parent!r}, {child!r})", self.cache.fork, parent, child, scenario=scenario)
         self.tokens[child] = list(self.tokens[parent])
+
+    def keep_first(self, seq: Any, length: int) -> None:
+        """Cut the record of ``seq``'s tokens to its first ``length`` (none yet: an empty record), for a
+        check that truncates a sequence or restarts a row where the learner's cache says it ends."""
+        self.tokens[seq] = self.tokens.get(seq, [])[:length]
 
     def reserve(self, seq: Any, count: int, scenario: str, *, when_full: Callable[[], None] | None = None) -> None:
         """``reserve(seq, count)``; on MemoryError, ``when_full()`` (an engine's eviction) makes room and

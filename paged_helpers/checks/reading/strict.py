@@ -18,8 +18,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...learner_view.remote import is_remote, plain, remote_type, remote_value_like
 from ..speaking.failure import fail, refuse
+from .learner_code import is_remote, plain, remote_type, remote_value_like
 
 
 def _mro(kind: type) -> tuple[type, ...]:

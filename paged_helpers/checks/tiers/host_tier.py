@@ -35,6 +35,7 @@ host half its size (every insert writes, so the host's LRU churns).
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, NamedTuple
 
@@ -44,7 +45,7 @@ from ...model import tiny_config
 from ...workloads import multi_turn_chats, random_tokens
 from ..radix.on_the_model import BLOCK, RequestServer, longest_cached, tree_blocks
 from ..reading.calls import call_learner
-from ..reading.pool_accounts import block_holders, ceil_div, expect_pool_matches
+from ..reading.ledger import Ledger, ceil_div
 from ..reading.strict import (
     learner_dict,
     learner_int,
@@ -54,8 +55,9 @@ from ..reading.strict import (
     learner_tensor,
     strict_equal,
 )
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check
+from ..story import Story
 from .keys import chain_keys
 
 __all__ = ["check_tiered_cache"]
@@ -305,15 +307,15 @@ class _Server(RequestServer):
         """Both pools' counts, the host's contents, no block lost (``gpu=False``: the host's counts only,
         after a call that moves no data and no GPU block)."""
         entries = self._host_entries(where)
-        host_holders: list[list] = [[] for _ in range(self.host_slots)]
+        host = Ledger(self.host_slots)  # the host pool's holders: its entries and the pins
         for key, slot in entries.items():
             if not 0 <= slot < self.host_slots:
                 fail(where, f"host_entries naming slots 0..{self.host_slots - 1}", f"slot {slot}", HOST_COUNT_HINT)
-            host_holders[slot].append(
-                f"the entry of tokens 0..{self.ends[key] - 1}" if key in self.ends else "an entry of an unknown key"
-            )
+            who = f"the entry of tokens 0..{self.ends[key] - 1}" if key in self.ends else "an entry of an unknown key"
+            host.hold(who, [slot])
         for slot in self.pins:
-            host_holders[slot].append("a pin")
+            host.hold("a pin", [slot])
+        host_holders = host.holders()
         host_refs = learner_int_list(self.tiered.host.refs, "host.refs", where)
         for slot, who in enumerate(host_holders):
             if slot < len(host_refs) and host_refs[slot] != len(who):
@@ -323,16 +325,16 @@ class _Server(RequestServer):
                     host_refs[slot],
                     HOST_COUNT_HINT,
                 )
-        expect_pool_matches(self.tiered.host, host_holders, f"{where}, host pool", lambda *_: HOST_COUNT_HINT)
+        host.expect_pool(self.tiered.host, f"{where}, host pool", lambda *_: HOST_COUNT_HINT)
         if not gpu:
             return
         tree = tree_blocks(self.tiered, where)
         tables = {seq: self._table(seq, where) for seq in list(self.cache.tables)}
-        holders = block_holders(tables, self.num_blocks)
+        gpu_pool = Ledger(self.num_blocks)
         for block in tree:
             if 0 <= block < self.num_blocks:
-                holders[block].append("the tree")
-        expect_pool_matches(self.cache.allocator, holders, f"{where}, GPU pool", lambda *_: GPU_COUNT_HINT)
+                gpu_pool.hold("the tree", [block])
+        gpu_pool.expect_pool(self.cache.allocator, f"{where}, GPU pool", lambda *_: GPU_COUNT_HINT, tables=tables)
         # An entry's data is compared once per (key, slot): a slot's data changes only when another key
         # takes it, and a load-back of a slot is compared with the record when it happens.
         fresh = {key: slot for key, slot in entries.items() if key in self.record and self.verified.get(key) != slot}
@@ -515,6 +517,13 @@ def scenarios(seed: int) -> list[_Scenario]:
 )
 def check_tiered_cache(TieredRadixCache: Any, PagedKVCache: Any, *, seed: int = 0) -> str:  # noqa: N803
     """Blocks go to the host and come back with their from-scratch logits; counts hold in both pools, none is lost."""
+    return Story(visible=(functools.partial(_planned_scenarios, seed=seed),)).tell(
+        TieredRadixCache, PagedKVCache, seed=seed
+    )
+
+
+def _planned_scenarios(TieredRadixCache: Any, PagedKVCache: Any, _rng: random.Random, *, seed: int) -> str:  # noqa: N803
+    """Every scenario planned from ``seed`` (each pool sized for what its plan asks), then served."""
     planned = scenarios(seed)
     loaded = 0
     for scenario in planned:

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ..reading.calls import call_learner
 from ..reading.strict import learner_float, learner_int
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check, run_hidden_scenarios
+from ..speaking.hidden import redraw_until
+from ..story import Story
 
 __all__ = ["check_kv_router"]
 
@@ -215,20 +217,6 @@ def _serve_stream(Router: Any, stream: _Stream, weight: float, name: str) -> int
 
 
 HIDDEN_EVENTS = 40  # events in a hidden stream: the most the drawn streams ever had
-# A telling stream comes within a few draws (measured over thousands of seeds); the cap turns a draw
-# that never comes into the course's own error instead of a check that never returns.
-MAX_REDRAWS = 1000
-
-
-def redraw_until(draw: Callable[[], Any], telling: Callable[[Any], bool]) -> Any:
-    """``draw()`` again until ``telling`` holds of it: a hidden stream that shows every mistake of its kind."""
-    for _ in range(MAX_REDRAWS):
-        drawn = draw()
-        if telling(drawn):
-            return drawn
-    raise RuntimeError(f"no telling stream in {MAX_REDRAWS} draws: a bug of the course's check, not of your code")
-
-
 def _hidden(replicas: tuple[int, int], weights: tuple[float, ...], longest: int, name: str):
     """A hidden kind: one stream of ``HIDDEN_EVENTS`` events for each of ``weights``, on a number of
     replicas drawn from ``replicas``, each stream redrawn until it shows every classic mistake
@@ -257,11 +245,14 @@ _HIDDEN = {
 @check(notebook="11_cache_tiers_and_routing", builds="CacheAwareRouter")
 def check_kv_router(CacheAwareRouter: Any, *, seed: int = 0, hidden: bool = False) -> str:  # noqa: N803
     """Overlaps from the replicas' KV events (stored and removed), Dynamo's cost, the cheapest replica."""
-    if hidden:
-        run_hidden_scenarios(_HIDDEN, seed, CacheAwareRouter)
-        return f"{len(_HIDDEN)} hidden event streams"
-    rng = random.Random(seed)
+    return STORY.tell(CacheAwareRouter, seed=seed, hidden=hidden)
+
+
+def _three_streams(CacheAwareRouter: Any, rng: random.Random) -> str:  # noqa: N803
     asked = 0
     for replicas, weight, name in ((2, 1.0, "two replicas"), (4, 1.0, "four replicas"), (3, 0.5, "a weaker overlap")):
         asked += _run_stream(CacheAwareRouter, rng, replicas=replicas, events=30, weight=weight, longest=4, name=name)
     return f"3 event streams, {asked} requests routed as Dynamo's cost says"
+
+
+STORY = Story(visible=(_three_streams,), hidden=_HIDDEN)

@@ -30,9 +30,11 @@ from typing import Any, NamedTuple
 
 from ..reading.calls import call_learner
 from ..reading.strict import learner_float, learner_int
+from ..registry import check
 from ..speaking.failure import fail
-from ..speaking.report import check, run_hidden_scenarios
-from .routing import _chain, _prompts, redraw_until
+from ..speaking.hidden import redraw_until
+from ..story import Story
+from .routing import _chain, _prompts
 
 __all__ = ["check_tier_aware_router"]
 
@@ -396,10 +398,10 @@ _HIDDEN = {
 @check(notebook="11_cache_tiers_and_routing", builds="TierAwareRouter")
 def check_tier_aware_router(TierAwareRouter: Any, *, seed: int = 0, hidden: bool = False) -> str:  # noqa: N803
     """KV events per medium, host blocks credited at their weight, Dynamo's cost on the credit, the cheapest replica."""
-    if hidden:
-        run_hidden_scenarios(_HIDDEN, seed, TierAwareRouter)
-        return f"{len(_HIDDEN)} hidden event streams"
-    rng = random.Random(seed)
+    return STORY.tell(TierAwareRouter, seed=seed, hidden=hidden)
+
+
+def _three_streams(TierAwareRouter: Any, rng: random.Random) -> str:  # noqa: N803
     asked = 0
     for replicas, overlap_weight, name in (
         (2, 1.0, "two replicas"),
@@ -409,3 +411,6 @@ def check_tier_aware_router(TierAwareRouter: Any, *, seed: int = 0, hidden: bool
         stream = _draw_stream(rng, replicas, 30, 4, WEIGHTS)
         asked += _serve_stream(TierAwareRouter, stream, overlap_weight, name)
     return f"3 event streams, {asked} requests credited and routed"
+
+
+STORY = Story(visible=(_three_streams,), hidden=_HIDDEN)
