@@ -107,12 +107,6 @@ class PagedKV(NamedTuple):
     block_size: int
 
 
-class PagedKVCacheProtocol(KVCache, Protocol):
-    """A cache the kernel path can run on: ``update`` (the gather path) and its paged alternative."""
-
-    def paged(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> PagedKV: ...
-
-
 @dataclass(frozen=True)
 class PagedAttention:
     """Attention read straight from the paged pool by two kernels: the switch from the gather path.
