@@ -36,7 +36,7 @@ def classes():
 
 
 def test_radix_is_a_discovered_demo():
-    assert DEMOS["radix"] == "radix" and DEMOS["cow"] == "copy_on_write"
+    assert DEMOS["radix"] == "radix" and DEMOS["cow"] == "cow" and DEMOS["gpu-check"] == "gpu_check"
 
 
 def test_run_radix_small_with_the_model(capsys, tmp_path):
