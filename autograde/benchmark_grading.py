@@ -4,6 +4,7 @@
     .venv/bin/python autograde/benchmark_grading.py --class-size 4     # class of 4, --jobs 1 and 2
     .venv/bin/python autograde/benchmark_grading.py 02_block_allocator 03_paged_kv_cache --class-size 0
     .venv/bin/python autograde/benchmark_grading.py --class-size 0 --per-notebook   # where the time goes
+    .venv/bin/python autograde/benchmark_grading.py 01_block_tables 02_block_allocator --class-size 3 --workers 1 2
 
 Releases the course into a scratch course root (not timed) and submits the instructor
 notebooks (every test passes) for each made-up student. Then, through ``course.py grade`` (what
@@ -17,7 +18,12 @@ an instructor runs):
    submissions per hour;
 3. with ``--per-notebook``, each notebook of the submission graded alone (``--jobs 1``): its
    seconds and CPU seconds. Each includes what every ``course.py grade`` pays to start (about
-   what the smallest notebook takes), so compare the notebooks with each other.
+   what the smallest notebook takes), so compare the notebooks with each other;
+4. with ``--workers N [M ...]`` (and a class), the same class graded on N (then M) worker
+   processes through the queue (``course.py grade --queue``, procrastinate on the throwaway
+   PostgreSQL), beside the ``--jobs`` runs: each worker has its own folder, as if on its own machine
+   (here they share the cores), and installs the course on its first job (counted). Printed with
+   the coordinator's own time per job (building and signing the payload, accepting the result).
 
 The parallel run needs a PostgreSQL gradebook: the benchmark starts a throwaway server
 (``paged_grading.administration.throwaway_postgres``) and uses it for every run; without PostgreSQL it uses SQLite and
@@ -216,6 +222,43 @@ def private_package_copy(site: Path) -> Path:
     return site / PACKAGE
 
 
+class Workers:
+    """``course.py worker`` processes, each in a folder of its own, all in one CPU cgroup (their CPU time)."""
+
+    def __init__(self, grading: Course, queue_url: str, count: int, scratch: Path) -> None:
+        from paged_grading.many_machines import signing
+
+        key = signing.course_key_file(grading.root)
+        self.group = CpuCgroup()
+        self.processes = []
+        for k in range(count):
+            root = scratch / f"worker-{count}-{k + 1}"
+            root.mkdir()
+            shutil.copyfile(key, root / signing.KEY_FILE)
+            os.chmod(root / signing.KEY_FILE, 0o600)
+            command = [sys.executable, str(HERE / "course.py"), "--root", str(root), "worker", "--queue", queue_url]
+            with open(scratch / f"worker-{count}-{k + 1}.log", "w") as log:
+                self.processes.append(
+                    subprocess.Popen(
+                        [*self.group.enter_command(), *command, "--name", f"w{k + 1}"],
+                        env=grading.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+
+    def stop(self) -> float | None:
+        """Stop the workers (each finishes nothing: the run is over); their CPU seconds, if measured."""
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait(60)
+        seconds = self.group.cpu_seconds()
+        self.group.remove()
+        return seconds
+
+
 def per_hour(submissions: int, seconds: float) -> float:
     return round(3600 * submissions / seconds, 1)
 
@@ -227,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-size", type=int, default=4, help="students in the class run (0: skip it)")
     parser.add_argument("--jobs", type=int, default=2, help="workers of the parallel class run")
     parser.add_argument("--per-notebook", action="store_true", help="also grade each notebook alone")
+    parser.add_argument(
+        "--workers", type=int, nargs="*", default=[], help="also grade the class on this many workers (each count)"
+    )
     args = parser.parse_args(argv)
     assignments = args.assignments or course.course_notebooks(args.notebooks)
     # nbgrader's Gradebook (read for the scores) runs `alembic` from PATH.
@@ -303,12 +349,37 @@ def main(argv: list[str] | None = None) -> int:
                 runs[f"jobs={args.jobs}"] = grading.run("grade", *assignments, "--jobs", str(args.jobs))
                 cpu[f"jobs={args.jobs}"] = grading.cpu_s
                 loads[f"jobs={args.jobs}"] = grading.load
+            per_job = {}
+            if args.workers and server is None:
+                print(f"runs on workers skipped: {why_not}")
+            elif args.workers:
+                queue_url = server.create_database("grading_queue")
+                for count in args.workers:
+                    grading.clear_grades()
+                    workers = Workers(grading, queue_url, count, scratch)
+                    try:
+                        took = grading.run("grade", *assignments, "--queue", queue_url, "--no-progress")
+                    finally:
+                        workers_cpu = workers.stop()
+                    name = f"workers={count}"
+                    runs[name], loads[name] = took, grading.load
+                    cpu[name] = grading.cpu_s + (workers_cpu or 0.0)
+                    run = json.loads((grading.root / "reports" / "workers-run.json").read_text())
+                    per_job[name] = run["coordinator_s_per_job"]
+                    per_job[name]["coordinator_cpu_s"] = round(grading.cpu_s / max(1, run["tries"]), 2)
             count = len(students) + 1  # "one" is graded again with the class
             print(f"class of {count} complete submissions:")
-            print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'load before/after':>18} {'submissions/hour':>17}")
+            header = f"  {'run':9} {'seconds':>8} {'CPU s':>8} {'load before/after':>18} {'submissions/hour':>17}"
+            print(header + ("  coordinator per job (send + accept s; its CPU s)" if per_job else ""))
             for name, took in runs.items():
                 shown = f"{loads[name][0]:.2f}/{loads[name][1]:.2f}"
-                print(f"  {name:8} {took:8.1f} {cpu[name]:8.1f} {shown:>18} {per_hour(count, took):17.1f}")
+                line = f"  {name:9} {took:8.1f} {cpu[name]:8.1f} {shown:>18} {per_hour(count, took):17.1f}"
+                if name in per_job:
+                    job = per_job[name]
+                    line += f"  {job['send']:.3f} + {job['accept']:.3f} s; {job['coordinator_cpu_s']:.2f} CPU s"
+                print(line)
+            if per_job:
+                print("  (workers: CPU s are the coordinator's and the workers'; each worker installs the course once)")
             summary["class"] = {
                 name: {
                     "seconds": took,
@@ -316,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                     "load_average_before_after": loads[name],
                     "submissions_per_hour": per_hour(count, took),
                     "submissions": count,
+                    **({"coordinator_per_job": per_job[name]} if name in per_job else {}),
                 }
                 for name, took in runs.items()
             }

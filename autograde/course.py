@@ -4,6 +4,9 @@
     .venv/bin/python autograde/course.py check-release      # no leaks; every test says "not implemented yet"
     .venv/bin/python autograde/course.py collect PATH...    # student folders or LMS zips -> submitted/
     .venv/bin/python autograde/course.py grade              # nbgrader autograde, assignment by assignment
+    .venv/bin/python autograde/course.py grade --queue URL  # the same on many machines: a job per student
+    .venv/bin/python autograde/course.py --root DIR worker --queue URL   # on each grading machine
+    .venv/bin/python autograde/course.py status             # where each student's grading on workers stands
     .venv/bin/python autograde/course.py feedback           # nbgrader generate_feedback (HTML per student)
     .venv/bin/python autograde/course.py report             # grades.csv, pass rates, histogram
     .venv/bin/python autograde/course.py publish NN_name    # after its deadline: the solution, for later notebooks
@@ -13,7 +16,7 @@ Every command works on the course root (``--root``, default: this folder) and ca
 nbgrader's own CLI there, with the Python that runs this script (the grading kernels use
 it too, so ``paged_helpers`` must be installed in it). It only adds what nbgrader lacks:
 one assignment per notebook, the release check, LMS zips, sharding a class across machines,
-and the class report.
+grading on many machines through a queue (``paged_grading.many_machines``), and the class report.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TextIO
 # that use them, so that every other command starts at once.
 from paged_grading import integrity
 from paged_grading.administration import collect, course_files, feedback_files, gradebook, workspace
-from paged_grading.clean_run.secret_seeds import secret_seed
+from paged_grading.clean_run.secret_seeds import ensure_course_key
 from paged_grading.sandbox import bubblewrap
 
 HERE = Path(__file__).resolve().parent
@@ -94,11 +97,14 @@ def _chosen(names: list[str], available: list[str]) -> list[str]:
     return names or available
 
 
-def release_into(root: Path, notebooks: Path, assignments: list[str], one_call: bool = False) -> None:
+def release_into(
+    root: Path, notebooks: Path, assignments: list[str], one_call: bool = False, log: TextIO | None = None
+) -> None:
     """notebooks/NN.ipynb -> root/source/NN/ -> nbgrader generate_assignment -> root/release/NN/.
 
     ``one_call``: a single nbgrader run releases everything under root/source/ (about 4x faster
-    than one run per assignment; the learner's workspace uses it).
+    than one run per assignment; the learner's workspace and grading workers use it). ``log``:
+    where nbgrader's output goes (default: this process's).
     """
     ensure_config(root)
     for assignment in assignments:
@@ -108,9 +114,9 @@ def release_into(root: Path, notebooks: Path, assignments: list[str], one_call: 
         source.mkdir(parents=True)
         shutil.copyfile(notebooks / f"{assignment}.ipynb", source / f"{assignment}.ipynb")
         if not one_call:
-            nbgrader(root, "generate_assignment", assignment, "--force")
+            nbgrader(root, "generate_assignment", assignment, "--force", log=log)
     if one_call:
-        nbgrader(root, "generate_assignment", "*", "--force")
+        nbgrader(root, "generate_assignment", "*", "--force", log=log)
 
 
 def cmd_release(args) -> int:
@@ -326,7 +332,7 @@ def _grade_in_parallel(
 
 def second_opinion_key(root: Path) -> None:
     """The course's key for the second opinion's secret seeds (see clean_run.secret_seeds)."""
-    secret_seed(root, "course.py")
+    ensure_course_key(root)
 
 
 def ungraded(root: Path, students: list[str], assignments: list[str]) -> list[tuple[str, str]]:
@@ -340,17 +346,25 @@ def ungraded(root: Path, students: list[str], assignments: list[str]) -> list[tu
     ]
 
 
-def _report_ungraded(root: Path, missing: list[tuple[str, str]]) -> None:
+def _report_ungraded(root: Path, missing: list[tuple[str, str]], reasons: dict | None = None) -> None:
+    """reports/ungraded.csv and a NOT GRADED line each; ``reasons`` (grading on workers) say why. None (the
+    report): the reasons the last grading gave, for the submissions still not graded."""
     path = root / "reports" / "ungraded.csv"
     path.parent.mkdir(exist_ok=True)
+    known = {}
+    if reasons is None and path.exists():
+        with open(path, newline="", encoding="utf-8") as handle:
+            known = {(r["student_id"], r["assignment"]): r.get("reason") or "" for r in csv.DictReader(handle)}
+    reasons = reasons if reasons is not None else known
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student_id", "assignment"])
-        writer.writerows(missing)
+        writer.writerow(["student_id", "assignment", "reason"])
+        writer.writerows((s, a, reasons.get((s, a), "")) for s, a in missing)
     if missing:
         print(f"NOT GRADED ({len(missing)}): nbgrader could not grade these submissions; they are listed in {path}")
         for student, assignment in missing:
-            print(f"  NOT GRADED {student}/{assignment}: see reports/grading-logs/ or the log above")
+            why = reasons.get((student, assignment)) or "see reports/grading-logs/ or the log above"
+            print(f"  NOT GRADED {student}/{assignment}: {why}")
 
 
 def _released(root: Path) -> list[str]:
@@ -378,6 +392,68 @@ def remove_links_from_submissions(root: Path) -> None:
         print(f"removed before grading: {problem.text}")
 
 
+def _course_id(root: Path) -> str:
+    return str(course_files.load_config(root).CourseDirectory.course_id)
+
+
+def _grade_on_workers(args, files: course_files.CourseFiles, students: list[str], assignments: list[str]) -> dict:
+    """``grade --queue URL``: one job per student through the queue; this process writes every grade."""
+    from paged_grading.many_machines import coordinator, signing
+
+    work = {s: [a for a in assignments if (args.root / "submitted" / s / a).is_dir()] for s in students}
+    work = {s: names for s, names in work.items() if names}
+    url = gradebook.db_url(args.root)
+    key = signing.course_key_file(args.root)
+    print(
+        f"grading {len(work)} student(s) on the workers of {args.queue} (a job per student; a worker silent for "
+        f"{args.lease:g} s loses its job; at most {args.tries} tries each), into {gradebook.shown(url)}.\n"
+        f"Start workers on any machine with the course installed (once each, with a copy of {key}, mode 0600):\n"
+        f"  .venv/bin/python autograde/course.py --root /path/to/worker-folder worker --queue {args.queue} --key KEY",
+        flush=True,
+    )
+    files.check()
+    reasons = coordinator.Coordinator(
+        args.root, args.queue, work, course_id=_course_id(args.root), db_url=url, config=HERE / "nbgrader_config.py",
+        lease=args.lease, tries=args.tries, poll=args.poll, show_bar=not args.no_progress,
+    ).run()
+    files.check()
+    return reasons
+
+
+def cmd_worker(args) -> int:
+    """``worker``: grade students from the queue in this machine's own folder (see many_machines.worker)."""
+    from paged_grading.many_machines import worker
+
+    if args.root == HERE:
+        raise SystemExit("a worker needs a folder of its own, emptied between jobs: course.py --root DIR worker ...")
+    for name in ONE_THREAD_EACH:
+        os.environ.setdefault(name, "1")
+    return worker.run(
+        args.root, queue_url=args.queue, course_id=_course_id(args.root), key_path=args.key, name=args.name,
+        course_script=Path(__file__).resolve(), config=HERE / "nbgrader_config.py", heartbeat=args.heartbeat,
+        job_timeout=args.job_timeout,
+        release=_release_on_worker,
+    )
+
+
+def _release_on_worker(root: Path, notebooks: Path, names: list[str]) -> None:
+    """A worker's copy of the coordinator's course, released as here (nbgrader's output to a log of its own)."""
+    with open(root / ".install.log", "w", encoding="utf-8") as log:
+        release_into(root, notebooks, names, one_call=True, log=log)
+
+
+def cmd_status(args) -> int:
+    """``status``: the last grading on workers, per student (and the queue's live counts with --queue)."""
+    from paged_grading.many_machines import progress, queue_db
+
+    for line in progress.status_lines(args.root):
+        print(line)
+    if args.queue:
+        for line in queue_db.live_lines(args.queue, _course_id(args.root)):
+            print(line)
+    return 0
+
+
 # Grading runs side by side as processes: each notebook's kernel beside its clean run, and --jobs
 # workers. Math libraries' own thread pools on top of that oversubscribe the cores, and their
 # threads spin while they wait: on 2 cores, one submission with --jobs 2 took 119 CPU s and 62.9 s
@@ -389,7 +465,10 @@ ONE_THREAD_EACH = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 def cmd_grade(args) -> int:
     for name in ONE_THREAD_EACH:
         os.environ.setdefault(name, "1")  # before any process of the grade starts: they inherit it
-    bubblewrap.configure(unsafe=args.no_sandbox_UNSAFE)
+    if args.queue and (args.jobs > 1 or args.no_sandbox_UNSAFE):
+        raise SystemExit("--queue sends the grading to workers: --jobs and --no-sandbox-UNSAFE are for one machine")
+    if not args.queue:  # the coordinator runs no student code; every worker checks its own sandbox
+        bubblewrap.configure(unsafe=args.no_sandbox_UNSAFE)
     files = _course_files(args.root)
     remove_links_from_submissions(args.root)
     released = _released(args.root)
@@ -399,7 +478,11 @@ def cmd_grade(args) -> int:
     if not mine:
         raise SystemExit(f"no submissions under {args.root / 'submitted'}; run `collect` first")
     whole_course = assignments == released
-    if args.jobs > 1:
+    reasons = None
+    if args.queue:
+        reasons = _grade_on_workers(args, files, mine, assignments)
+        failed = []
+    elif args.jobs > 1:
         failed = _grade_in_parallel(args, files, mine, assignments, whole_course)
     else:
         selection = []
@@ -419,7 +502,7 @@ def cmd_grade(args) -> int:
                 if nbgrader(args.root, "autograde", assignment, "--force", *selection, check=False, files=files):
                     failed.append(assignment)
     missing = ungraded(args.root, mine, assignments)
-    _report_ungraded(args.root, missing)
+    _report_ungraded(args.root, missing, reasons or {})  # this grading's reasons (report keeps them)
     if failed:
         print(f"nbgrader reported errors for: {', '.join(failed)} (see its log above); the others were graded")
     return 1 if failed or missing else 0
@@ -436,8 +519,11 @@ def cmd_feedback(args) -> int:
         for problem in feedback_files.remove_odd_entries(args.root / folder):
             integrity.log(problem.ids, "leftover", problem.text, root=args.root)
             print(f"removed before feedback: {problem.text}")
+    # One student (a grading worker's case): their notebooks in one nbgrader start where one glob names
+    # exactly them (about 2 s saved per notebook); nbgrader goes on past an assignment that fails.
+    ids = assignment_globs(assignments, sorted({*graded, *_released(args.root)})) if args.student else assignments
     failed = []
-    for assignment in assignments:
+    for assignment in ids:
         # nbgrader keeps going past a notebook it cannot convert and exits 1 at the end of the
         # assignment: one broken notebook must not stop the feedback of the other assignments.
         if nbgrader(args.root, "generate_feedback", assignment, "--force", *selection, check=False, files=files):
@@ -538,7 +624,32 @@ def main(argv: list[str] | None = None) -> int:
         help="students graded at once, one nbgrader process each (needs a PostgreSQL gradebook; default 1). "
         "Each worker keeps about two cores busy (a kernel and its second opinion): use about half the cores",
     )
+    p.add_argument(
+        "--queue",
+        metavar="URL",
+        help="grade on the workers of this queue (postgresql://USER@HOST/DB; procrastinate): a job per student, "
+        "every grade written here. Start workers with `course.py --root DIR worker --queue URL`",
+    )
+    p.add_argument("--lease", type=float, default=60.0, help="with --queue: seconds without a worker's heartbeat "
+                   "before its job is given to another worker (default 60; workers beat every 10 s)")  # fmt: skip
+    p.add_argument("--tries", type=_positive, default=3, help="with --queue: tries per student before NOT GRADED")
+    p.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--no-progress", action="store_true", help="with --queue: no progress bar (logs, CI)")
     p.set_defaults(run=cmd_grade)
+
+    p = sub.add_parser("worker", help="grade students from a queue, one at a time, in this folder (--root DIR)")
+    p.add_argument("--queue", metavar="URL", required=True, help="the coordinator's queue (postgresql://USER@HOST/DB)")
+    p.add_argument("--key", type=Path, help="the coordinator's worker key (default: ROOT/.worker_key), mode 0600")
+    p.add_argument("--name", help="this worker's name in the coordinator's report (default: host-pid)")
+    p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between heartbeats (default 10)")
+    p.add_argument(
+        "--job-timeout", type=float, default=7200.0, help="seconds before a student's grading is stopped (default 7200)"
+    )
+    p.set_defaults(run=cmd_worker)
+
+    p = sub.add_parser("status", help="where each student's grading on workers stands (reports/grading-status.csv)")
+    p.add_argument("--queue", metavar="URL", help="also the queue's live counts and its workers")
+    p.set_defaults(run=cmd_status)
 
     p = sub.add_parser("feedback", help="nbgrader generate_feedback")
     p.add_argument("assignments", nargs="*")

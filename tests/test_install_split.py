@@ -50,7 +50,15 @@ CONTRIBUTOR_CODE = ["tests", "tools", "website"]
 # Modules the learner's path imports only where a learner never goes, each with where it comes from.
 # psycopg2: only for a shared PostgreSQL gradebook (course.py grade --jobs N on several machines),
 # checked for before use (the throwaway server of the parallel-grading tests says what to install).
-NOT_FOR_LEARNERS = {"psycopg2": "psycopg2-binary"}
+# procrastinate, psycopg (3) and tqdm: only for grading on many machines (course.py grade --queue,
+# worker, status: paged_grading.many_machines), imported by those commands alone.
+NOT_FOR_LEARNERS = {
+    "psycopg2": "psycopg2-binary",
+    "procrastinate": "procrastinate",
+    "psycopg": "psycopg",
+    "psycopg_pool": "psycopg-pool",
+    "tqdm": "tqdm",
+}
 
 COMMENT = re.compile(r"\s+#.*$")
 
