@@ -32,6 +32,7 @@ from paged_helpers.checks import (
 from paged_helpers.serving import Sequence, sample_seed
 
 from conftest import SECRET_SEEDS, solution
+from engine_designs import advance_in_two_passes, reserve_evicting_everything
 from lying_values import EqualsAnything, SaysEqual
 from student_release import release_definition
 
@@ -1026,53 +1027,11 @@ def _admit_spare_rounded_up(self):
         self.metrics.record_admission(seq, reused)
 
 
-def _reserve_through_a_queue_of_work(self, plan):
-    """Another correct _reserve: on MemoryError, drop every cached entry nobody uses at once; preempt the
-    newest only when that freed nothing."""
-    pending = list(plan)
-    while pending:
-        seq, count = pending[0]
-        if seq not in self.running:
-            pending.pop(0)
-            continue
-        try:
-            self.cache.reserve(seq.seq_id, count)
-            pending.pop(0)
-        except MemoryError:
-            before = self.cache.allocator.num_free
-            self.prefix_cache.evict(len(self.cache.allocator.refs))
-            if self.cache.allocator.num_free == before:
-                self._preempt(self.running[-1])
-    return [(seq, count) for seq, count in plan if seq in self.running]
-
-
-def _advance_in_two_passes(self, plan, logits):
-    """Another correct _advance: forks made in a first pass, tokens drawn in a second, finishes last."""
-    from paged_helpers.serving import sample_token
-
-    finished, drawing = {}, []
-    for seq, count in plan:
-        seq.num_cached += count
-        if count > 1:
-            self.prefix_cache.remember(seq.seq_id, list(seq.prompt + seq.output)[: seq.num_cached])
-        if seq.num_pending == 0:
-            forked = self._fork_samples(seq) if seq.n > 1 and not seq.forked else []
-            drawing += [(seq.seq_id, sample) for sample in [seq, *forked]]
-    for parent, sample in drawing:
-        token = sample_token(logits[parent], sample.temperature, sample.seed, len(sample.output))
-        sample.output = sample.output + [token]
-        self.metrics.record_token(sample)
-    for _, sample in drawing:
-        if sample.is_finished:
-            self._finish(sample, finished)
-    return finished
-
-
 ANOTHER_DESIGN = dict(
     _forward=_forward_one_sequence_at_a_time,
     _admit=_admit_spare_rounded_up,
-    _reserve=_reserve_through_a_queue_of_work,
-    _advance=_advance_in_two_passes,
+    _reserve=reserve_evicting_everything,
+    _advance=advance_in_two_passes,
 )
 
 

@@ -17,6 +17,7 @@ from paged_helpers.checks import NotImplementedYet, check_engine_advance
 from paged_helpers.serving import sample_token
 
 from conftest import SECRET_SEEDS, solution
+from engine_designs import advance_in_two_passes
 from student_release import release_definition
 
 
@@ -90,27 +91,8 @@ def test_right_advance_passes():
 
 def test_another_correct_advance_passes():
     """The same rules in another order (forks made in a first pass, tokens drawn in a second)."""
-
-    def _advance(self, plan, logits):
-        finished, drawing = {}, []
-        for seq, count in plan:
-            seq.num_cached += count
-            if count > 1:
-                self.prefix_cache.remember(seq.seq_id, list(seq.prompt + seq.output)[: seq.num_cached])
-            if seq.num_pending == 0:
-                forked = self._fork_samples(seq) if seq.n > 1 and not seq.forked else []
-                drawing += [(seq.seq_id, sample) for sample in [seq, *forked]]
-        for parent, sample in drawing:
-            token = sample_token(logits[parent], sample.temperature, sample.seed, len(sample.output))
-            sample.output = sample.output + [token]
-            self.metrics.record_token(sample)
-        for _, sample in drawing:
-            if sample.is_finished:
-                self._finish(sample, finished)
-        return finished
-
     engine, cache, prefix = _classes()
-    other = type("two_passes", (engine,), dict(_advance=_advance))
+    other = type("two_passes", (engine,), dict(_advance=advance_in_two_passes))
     check_engine_advance(other, cache, prefix)
     for seed in (random.getrandbits(31) for _ in range(20)):
         check_engine_advance(other, cache, prefix, seed=seed, hidden=True)

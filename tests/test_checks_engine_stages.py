@@ -26,6 +26,7 @@ from paged_helpers.checks import (
 from paged_helpers.serving import Sequence
 
 from conftest import SECRET_SEEDS, solution
+from engine_designs import reserve_evicting_everything
 from lying_values import EqualsAnything
 from student_release import release_definition
 
@@ -479,31 +480,11 @@ def test_the_visible_scenarios_keep_their_answers():
     assert [pool.victims() for pool in engine_stages.VISIBLE_POOLS] == [[], [], ["c"], ["b"]]
 
 
-def _reserve_evicting_everything(self, plan):
-    """Another correct design: on MemoryError, drop every cached entry nobody uses at once, then preempt
-    the newest only if that freed nothing; reserves chunk by chunk through a queue of work."""
-    pending = list(plan)
-    while pending:
-        seq, count = pending[0]
-        if seq not in self.running:
-            pending.pop(0)
-            continue
-        try:
-            self.cache.reserve(seq.seq_id, count)
-            pending.pop(0)
-        except MemoryError:
-            before = self.cache.allocator.num_free
-            self.prefix_cache.evict(len(self.cache.allocator.refs))
-            if self.cache.allocator.num_free == before:
-                self._preempt(self.running[-1])
-    return [(seq, count) for seq, count in plan if seq in self.running]
-
-
 def test_another_correct_reserve_passes_at_random_seeds():
     import random
 
     stage = type(
-        "evicts_everything", (solution(NOTEBOOK, "EngineScheduler"),), dict(_reserve=_reserve_evicting_everything)
+        "evicts_everything", (solution(NOTEBOOK, "EngineScheduler"),), dict(_reserve=reserve_evicting_everything)
     )
     check_engine_reserve(stage, *_partners())
     for seed in [random.getrandbits(31) for _ in range(50)]:

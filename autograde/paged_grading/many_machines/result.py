@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..preprocessors.execute import TIME_LEDGER
 from . import gradebook_rows
-from .submission_job import TooLarge, safe_relative, submission_digest_of
+from .submission_job import TooLarge, bounded_json, safe_relative, submission_digest_of
 
 FORMAT = 1
 MAX_FILE_BYTES = 16 * 2**20
@@ -118,13 +118,7 @@ def encode(result: Result) -> bytes:
 
 def decode(blob: bytes) -> Result:
     """A result from its bytes (call only after its MAC is verified); every name is checked."""
-    raw = zlib.decompressobj()
-    text = raw.decompress(blob, 2 * MAX_RESULT_BYTES)
-    if raw.unconsumed_tail:
-        raise TooLarge("the result expands past its limit")
-    data = json.loads(text)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"a result of format {data.get('format')}; this coordinator reads {FORMAT}")
+    data = bounded_json(blob, 2 * MAX_RESULT_BYTES, "result", FORMAT, "this coordinator")
     files = {}
     for name, (mode, encoded) in data["files"].items():
         path = safe_relative(name)

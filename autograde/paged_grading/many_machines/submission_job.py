@@ -136,15 +136,23 @@ def encode(payload: Payload) -> bytes:
     return zlib.compress(json.dumps(data, sort_keys=True).encode(), 6)
 
 
+def bounded_json(blob: bytes, limit: int, what: str, format_: int, reader: str) -> dict:
+    """``blob`` (zlib-compressed JSON) read as a dict of format ``format_``, refused once it expands past
+    ``limit`` bytes: jobs and results cross between machines as this, and nothing else."""
+    raw = zlib.decompressobj()
+    text = raw.decompress(blob, limit)
+    if raw.unconsumed_tail:
+        raise TooLarge(f"the {what} expands past its limit")
+    data = json.loads(text)
+    if type(data) is not dict or data.get("format") != format_:
+        found = data.get("format") if type(data) is dict else None
+        raise ValueError(f"a {what} of format {found}; {reader} reads {format_}")
+    return data
+
+
 def decode(blob: bytes) -> Payload:
     """A payload from its bytes (call only after its MAC is verified); every path is checked."""
-    raw = zlib.decompressobj()
-    text = raw.decompress(blob, 4 * MAX_SUBMISSION_BYTES)
-    if raw.unconsumed_tail:
-        raise TooLarge("the job's payload expands past its limit")
-    data = json.loads(text)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"a job of format {data.get('format')}, this worker reads {FORMAT}: update the worker")
+    data = bounded_json(blob, 4 * MAX_SUBMISSION_BYTES, "job's payload", FORMAT, "this worker (update it)")
     data["files"] = {
         a: {str(safe_relative(n)): base64.b64decode(b) for n, b in fs.items()} for a, fs in data["files"].items()
     }
