@@ -392,3 +392,16 @@ def test_hidden_queues_fail_an_order_that_only_knows_the_visible_answers():
     for seed in (random.getrandbits(31) for _ in range(5)):
         with pytest.raises(CheckFailed, match="a hidden scenario failed"):
             check_cache_aware_order(replayed, seed=seed, hidden=True)
+
+
+def test_an_allocator_handing_out_a_block_outside_the_pool_is_named(right, failing_message):
+    """A block id the learner's allocator returns is checked before the check records what it writes there."""
+    radix, allocator = right
+
+    class HandsOutTooFar(allocator):
+        def allocate(self):
+            super().allocate()
+            return len(self.refs)
+
+    message = failing_message(check_radix_cache, radix, HandsOutTooFar)
+    assert "allocator.allocate() returning a block id in 0.." in message, message

@@ -244,3 +244,15 @@ def test_release_says_not_implemented_yet(tmp_path, right):
     released = release_definition(tmp_path, NOTEBOOK, "TieredRadixCache", finished=EARLIER)
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         check_tiered_cache(released, right[1])
+
+
+def test_a_pin_outside_the_host_pool_is_named(right, failing_message):
+    """A slot match_host returns is checked before it counts as a pin of the host pool."""
+    tiered, cache = right
+
+    def match_host_too_far(self, tokens, gpu_blocks):
+        return [slot + len(self.host.refs) for slot in type(self).__mro__[1].match_host(self, tokens, gpu_blocks)]
+
+    pins_too_far = type("PinsTooFar", (tiered,), {"match_host": match_host_too_far})
+    message = failing_message(check_tiered_cache, pins_too_far, cache)
+    assert "match_host pinning slots 0.." in message, message

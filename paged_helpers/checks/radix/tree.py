@@ -221,12 +221,17 @@ class _Engine:
         """A block for ``name``'s prefill: from the free list, or, when the pool is short, after
         evicting one (as an engine does). Any error but MemoryError is the allocator's bug."""
         where = f"{self.scenario}, prefilling {name}"
+
+        def ask() -> int:
+            block = call_learner_allowing(MemoryError, "allocator.allocate()", self.allocator.allocate, scenario=where)
+            return self._in_pool(block, where)
+
         try:
-            return call_learner_allowing(MemoryError, "allocator.allocate()", self.allocator.allocate, scenario=where)
+            return ask()
         except MemoryError:
             self.evict(self.num_free() + 1)
         try:
-            return call_learner_allowing(MemoryError, "allocator.allocate()", self.allocator.allocate, scenario=where)
+            return ask()
         except MemoryError:
             fail(
                 f"{self.scenario}, prefilling {name}",
@@ -235,6 +240,17 @@ class _Engine:
                 LOCK_HINT,
             )
             raise  # fail always raises; this keeps type checkers content
+
+    def _in_pool(self, block: Any, where: str) -> int:
+        """A block id the allocator handed out: an int of the pool, or a failure naming it."""
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            fail(
+                where,
+                f"allocator.allocate() returning a block id in 0..{self.num_blocks - 1}",
+                repr(block),
+                "allocate hands out a block from the free list",
+            )
+        return block
 
     def finish(self, request: str) -> None:
         node, _ = self.locked.pop(request)

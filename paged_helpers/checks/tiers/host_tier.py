@@ -314,6 +314,8 @@ class _Server(RequestServer):
             who = f"the entry of tokens 0..{self.ends[key] - 1}" if key in self.ends else "an entry of an unknown key"
             host.hold(who, [slot])
         for slot in self.pins:
+            if not 0 <= slot < self.host_slots:
+                fail(where, f"match_host pinning slots 0..{self.host_slots - 1}", f"slot {slot}", PIN_HINT)
             host.hold("a pin", [slot])
         host_holders = host.holders()
         host_refs = learner_int_list(self.tiered.host.refs, "host.refs", where)
