@@ -444,9 +444,9 @@ def _release_on_worker(root: Path, notebooks: Path, names: list[str]) -> None:
 
 def cmd_status(args) -> int:
     """``status``: the last grading on workers, per student (and the queue's live counts with --queue)."""
-    from paged_grading.many_machines import progress, queue_db
+    from paged_grading.many_machines import grading_status, queue_db
 
-    for line in progress.status_lines(args.root):
+    for line in grading_status.status_lines(args.root):
         print(line)
     if args.queue:
         for line in queue_db.live_lines(args.queue, _course_id(args.root)):

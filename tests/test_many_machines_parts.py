@@ -15,7 +15,7 @@ import stat
 
 import pytest
 from paged_grading.clean_run import secret_seeds
-from paged_grading.many_machines import course_bundle, progress, result, signing, submission_job
+from paged_grading.many_machines import course_bundle, grading_status, result, signing, submission_job
 
 
 def test_a_mac_covers_every_byte_and_the_boundaries_between_parts(tmp_path):
@@ -111,12 +111,12 @@ def test_given_seeds_are_the_course_key_s_and_a_missing_one_is_an_error(tmp_path
 
 
 def test_status_lists_every_student(tmp_path):
-    board = progress.Board(tmp_path, ["ada", "bob"], show_bar=False)
-    board.set("ada", state=progress.DONE, tries=2, worker="w3", seconds=12.5, reason="try 1 on w1: stopped")
-    board.set("bob", state=progress.NOT_GRADED, tries=3, reason="nbgrader could not grade it")
+    board = grading_status.Board(tmp_path, ["ada", "bob"], show_bar=False)
+    board.set("ada", state=grading_status.DONE, tries=2, worker="w3", seconds=12.5, reason="try 1 on w1: stopped")
+    board.set("bob", state=grading_status.NOT_GRADED, tries=3, reason="nbgrader could not grade it")
     board.close()
-    lines = progress.status_lines(tmp_path)
+    lines = grading_status.status_lines(tmp_path)
     assert any(line.startswith("ada") and "w3" in line and "try 1 on w1" in line for line in lines), lines
     assert any(line.startswith("bob") and "NOT GRADED" in line for line in lines), lines
     assert "1 NOT GRADED, 1 graded" in lines[-1], lines
-    assert "no grading on workers recorded" in progress.status_lines(tmp_path / "elsewhere")[0]
+    assert "no grading on workers recorded" in grading_status.status_lines(tmp_path / "elsewhere")[0]

@@ -18,6 +18,6 @@ mistakes), ``cow_words`` (the prompts' words) and ``cow_controls`` (its live lay
 from .block_table_view import BlockTableView
 from .cow_demo import CowDemo
 from .prefix_cache_view import PrefixCacheView
-from .story import DEFAULT_STORY, Step, Story
+from .cow_story import DEFAULT_STORY, Step, Story
 
 __all__ = ["DEFAULT_STORY", "BlockTableView", "CowDemo", "PrefixCacheView", "Step", "Story"]

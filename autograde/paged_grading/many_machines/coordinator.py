@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import course_bundle, gradebook_rows, queue_db, result, signing, submission_job
 from .fingerprint import course_fingerprint
-from .progress import DONE, NOT_GRADED, QUEUED, RUNNING, Board
+from .grading_status import DONE, NOT_GRADED, QUEUED, RUNNING, Board
 
 RUN_SUMMARY = Path("reports") / "workers-run.json"
 QUEUED_AHEAD = 100  # first tries waiting in the queue at most (retries always go in, ahead of them)
