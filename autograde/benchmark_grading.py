@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import course  # autograde/course.py, beside this script (run as a script, its folder is on sys.path)
@@ -263,6 +264,130 @@ def per_hour(submissions: int, seconds: float) -> float:
     return round(3600 * submissions / seconds, 1)
 
 
+def _one_submission(grading: Course, assignments: list[str], jobs: int, parallel_ok: bool, summary: dict) -> bool:
+    """One complete submission, serially (--jobs 1) and, with a gradebook that takes concurrent writers,
+    with its notebooks split between ``jobs`` workers (what `course.py grade --student S --jobs 2` does
+    on a 2-core machine). True when it scores full marks within the target."""
+    one_runs = {"jobs=1": ()}
+    if parallel_ok and jobs > 1:
+        one_runs[f"jobs={jobs}"] = ("--jobs", str(jobs))
+    summary["one_submission"] = {}
+    print(f"one complete submission ({len(assignments)} notebooks), target {TARGET_S:g} s:")
+    print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'load before/after':>18}  score")
+    ok = True
+    for name, extra in one_runs.items():
+        grading.clear_grades()
+        seconds = grading.run("grade", *assignments, "--student", "one", *extra)
+        score, maximum = grading.score()
+        summary["one_submission"][name] = {
+            "seconds": seconds,
+            "cpu_seconds": grading.cpu_s,
+            "cpu_measured_by": grading.cpu_method,
+            "load_average_before_after": grading.load,
+            "autograded_score": f"{score:g}/{maximum:g}",
+        }
+        load = f"{grading.load[0]:.2f}/{grading.load[1]:.2f}"
+        print(f"  {name:8} {seconds:8.1f} {grading.cpu_s:8.1f} {load:>18}  {score:g}/{maximum:g}")
+        ok = ok and score == maximum
+    print(f"  (CPU seconds measured by {grading.cpu_method})")
+    best_name = min(one_runs, key=lambda n: summary["one_submission"][n]["seconds"])
+    best = summary["one_submission"][best_name]["seconds"]
+    verdict = "meets" if best <= TARGET_S else "misses"
+    print(f"  best: {best:.1f} s ({best_name}) {verdict} the {TARGET_S:g} s target")
+    summary["one_submission"]["best"] = {"run": best_name, "seconds": best, "meets_target": best <= TARGET_S}
+    return ok and best <= TARGET_S
+
+
+def _each_notebook_alone(grading: Course, assignments: list[str], summary: dict) -> None:
+    summary["per_notebook"] = {}
+    print("each notebook graded alone (--jobs 1):")
+    print(f"  {'notebook':28} {'seconds':>8} {'CPU s':>8}  score")
+    for assignment in assignments:
+        grading.clear_grades()
+        seconds = grading.run("grade", assignment, "--student", "one")
+        rows = [r for r in class_report.autograded_scores(grading.db_url) if r.assignment == assignment]
+        score, maximum = sum(r.score for r in rows), sum(r.max_score for r in rows)
+        summary["per_notebook"][assignment] = {"seconds": seconds, "cpu_seconds": grading.cpu_s}
+        print(f"  {assignment:28} {seconds:8.1f} {grading.cpu_s:8.1f}  {score:g}/{maximum:g}")
+
+
+@dataclass
+class ClassRun:
+    seconds: float
+    cpu_s: float
+    load: tuple
+    coordinator_per_job: dict | None = None  # on workers: send and accept seconds, and CPU s per job
+
+
+def _on_workers(grading: Course, assignments: list[str], server, counts: list[int], scratch: Path) -> dict:
+    """The class graded on ``count`` workers of a queue, for each count."""
+    runs = {}
+    queue_url = server.create_database("grading_queue")
+    for count in counts:
+        grading.clear_grades()
+        workers = Workers(grading, queue_url, count, scratch)
+        try:
+            took = grading.run("grade", *assignments, "--queue", queue_url, "--no-progress")
+        finally:
+            workers_cpu = workers.stop()
+        run = json.loads((grading.root / "reports" / "workers-run.json").read_text())
+        per_job = {**run["coordinator_s_per_job"], "coordinator_cpu_s": round(grading.cpu_s / max(1, run["tries"]), 2)}
+        runs[f"workers={count}"] = ClassRun(took, grading.cpu_s + (workers_cpu or 0.0), grading.load, per_job)
+    return runs
+
+
+def _print_class(runs: dict[str, ClassRun], count: int) -> None:
+    on_workers = any(run.coordinator_per_job for run in runs.values())
+    print(f"class of {count} complete submissions:")
+    header = f"  {'run':9} {'seconds':>8} {'CPU s':>8} {'load before/after':>18} {'submissions/hour':>17}"
+    print(header + ("  coordinator per job (send + accept s; its CPU s)" if on_workers else ""))
+    for name, run in runs.items():
+        shown = f"{run.load[0]:.2f}/{run.load[1]:.2f}"
+        line = f"  {name:9} {run.seconds:8.1f} {run.cpu_s:8.1f} {shown:>18} {per_hour(count, run.seconds):17.1f}"
+        if run.coordinator_per_job:
+            job = run.coordinator_per_job
+            line += f"  {job['send']:.3f} + {job['accept']:.3f} s; {job['coordinator_cpu_s']:.2f} CPU s"
+        print(line)
+    if on_workers:
+        print("  (workers: CPU s are the coordinator's and the workers'; each worker installs the course once)")
+
+
+def _class(grading: Course, args, assignments: list[str], server, why_not: str, scratch: Path, summary: dict) -> bool:
+    """The class (``--class-size`` students and "one") graded serially, with ``--jobs``, and on workers."""
+    students = [f"student{k:02d}" for k in range(args.class_size)]
+    for student in students:
+        grading.submit(args.notebooks, student, assignments)
+    grading.clear_grades()
+    took = grading.run("grade", *assignments)
+    runs = {"jobs=1": ClassRun(took, grading.cpu_s, grading.load)}
+    if server is None:
+        print(f"parallel run skipped: {why_not}")
+    else:
+        grading.clear_grades()
+        took = grading.run("grade", *assignments, "--jobs", str(args.jobs))
+        runs[f"jobs={args.jobs}"] = ClassRun(took, grading.cpu_s, grading.load)
+    if args.workers and server is None:
+        print(f"runs on workers skipped: {why_not}")
+    elif args.workers:
+        runs.update(_on_workers(grading, assignments, server, args.workers, scratch))
+    count = len(students) + 1  # "one" is graded again with the class
+    _print_class(runs, count)
+    summary["class"] = {
+        name: {
+            "seconds": run.seconds,
+            "cpu_seconds": run.cpu_s,
+            "load_average_before_after": run.load,
+            "submissions_per_hour": per_hour(count, run.seconds),
+            "submissions": count,
+            **({"coordinator_per_job": run.coordinator_per_job} if run.coordinator_per_job else {}),
+        }
+        for name, run in runs.items()
+    }
+    score, maximum = grading.score()
+    summary["class_score"] = f"{score:g}/{maximum:g}"
+    return score == maximum
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("assignments", nargs="*")
@@ -288,112 +413,12 @@ def main(argv: list[str] | None = None) -> int:
         grading = Course(scratch / "course", site, server.url if server else None)
         summary["gradebook"] = "postgresql" if server else "sqlite"
         grading.run("release", *assignments)
-
         grading.submit(args.notebooks, "one", assignments)
-        # One complete submission, serially (--jobs 1) and, with a gradebook that takes concurrent
-        # writers, with its notebooks split between --jobs workers (what `course.py grade --student
-        # S --jobs 2` does on a 2-core machine).
-        one_runs = {"jobs=1": ()}
-        if server is not None and args.jobs > 1:
-            one_runs[f"jobs={args.jobs}"] = ("--jobs", str(args.jobs))
-        summary["one_submission"] = {}
-        print(f"one complete submission ({len(assignments)} notebooks), target {TARGET_S:g} s:")
-        print(f"  {'run':8} {'seconds':>8} {'CPU s':>8} {'load before/after':>18}  score")
-        ok = True
-        for name, extra in one_runs.items():
-            grading.clear_grades()
-            seconds = grading.run("grade", *assignments, "--student", "one", *extra)
-            score, maximum = grading.score()
-            summary["one_submission"][name] = {
-                "seconds": seconds,
-                "cpu_seconds": grading.cpu_s,
-                "cpu_measured_by": grading.cpu_method,
-                "load_average_before_after": grading.load,
-                "autograded_score": f"{score:g}/{maximum:g}",
-            }
-            load = f"{grading.load[0]:.2f}/{grading.load[1]:.2f}"
-            print(f"  {name:8} {seconds:8.1f} {grading.cpu_s:8.1f} {load:>18}  {score:g}/{maximum:g}")
-            ok = ok and score == maximum
-        print(f"  (CPU seconds measured by {grading.cpu_method})")
-        best_name = min(one_runs, key=lambda n: summary["one_submission"][n]["seconds"])
-        best = summary["one_submission"][best_name]["seconds"]
-        verdict = "meets" if best <= TARGET_S else "misses"
-        print(f"  best: {best:.1f} s ({best_name}) {verdict} the {TARGET_S:g} s target")
-        summary["one_submission"]["best"] = {"run": best_name, "seconds": best, "meets_target": best <= TARGET_S}
-        ok = ok and best <= TARGET_S
-
+        ok = _one_submission(grading, assignments, args.jobs, server is not None, summary)
         if args.per_notebook:
-            summary["per_notebook"] = {}
-            print("each notebook graded alone (--jobs 1):")
-            print(f"  {'notebook':28} {'seconds':>8} {'CPU s':>8}  score")
-            for assignment in assignments:
-                grading.clear_grades()
-                seconds = grading.run("grade", assignment, "--student", "one")
-                rows = [r for r in class_report.autograded_scores(grading.db_url) if r.assignment == assignment]
-                score, maximum = sum(r.score for r in rows), sum(r.max_score for r in rows)
-                summary["per_notebook"][assignment] = {"seconds": seconds, "cpu_seconds": grading.cpu_s}
-                print(f"  {assignment:28} {seconds:8.1f} {grading.cpu_s:8.1f}  {score:g}/{maximum:g}")
-
+            _each_notebook_alone(grading, assignments, summary)
         if args.class_size > 0:
-            students = [f"student{k:02d}" for k in range(args.class_size)]
-            for student in students:
-                grading.submit(args.notebooks, student, assignments)
-            grading.clear_grades()
-            runs = {"jobs=1": grading.run("grade", *assignments)}
-            cpu = {"jobs=1": grading.cpu_s}
-            loads = {"jobs=1": grading.load}
-            if server is None:
-                print(f"parallel run skipped: {why_not}")
-            else:
-                grading.clear_grades()
-                runs[f"jobs={args.jobs}"] = grading.run("grade", *assignments, "--jobs", str(args.jobs))
-                cpu[f"jobs={args.jobs}"] = grading.cpu_s
-                loads[f"jobs={args.jobs}"] = grading.load
-            per_job = {}
-            if args.workers and server is None:
-                print(f"runs on workers skipped: {why_not}")
-            elif args.workers:
-                queue_url = server.create_database("grading_queue")
-                for count in args.workers:
-                    grading.clear_grades()
-                    workers = Workers(grading, queue_url, count, scratch)
-                    try:
-                        took = grading.run("grade", *assignments, "--queue", queue_url, "--no-progress")
-                    finally:
-                        workers_cpu = workers.stop()
-                    name = f"workers={count}"
-                    runs[name], loads[name] = took, grading.load
-                    cpu[name] = grading.cpu_s + (workers_cpu or 0.0)
-                    run = json.loads((grading.root / "reports" / "workers-run.json").read_text())
-                    per_job[name] = run["coordinator_s_per_job"]
-                    per_job[name]["coordinator_cpu_s"] = round(grading.cpu_s / max(1, run["tries"]), 2)
-            count = len(students) + 1  # "one" is graded again with the class
-            print(f"class of {count} complete submissions:")
-            header = f"  {'run':9} {'seconds':>8} {'CPU s':>8} {'load before/after':>18} {'submissions/hour':>17}"
-            print(header + ("  coordinator per job (send + accept s; its CPU s)" if per_job else ""))
-            for name, took in runs.items():
-                shown = f"{loads[name][0]:.2f}/{loads[name][1]:.2f}"
-                line = f"  {name:9} {took:8.1f} {cpu[name]:8.1f} {shown:>18} {per_hour(count, took):17.1f}"
-                if name in per_job:
-                    job = per_job[name]
-                    line += f"  {job['send']:.3f} + {job['accept']:.3f} s; {job['coordinator_cpu_s']:.2f} CPU s"
-                print(line)
-            if per_job:
-                print("  (workers: CPU s are the coordinator's and the workers'; each worker installs the course once)")
-            summary["class"] = {
-                name: {
-                    "seconds": took,
-                    "cpu_seconds": cpu[name],
-                    "load_average_before_after": loads[name],
-                    "submissions_per_hour": per_hour(count, took),
-                    "submissions": count,
-                    **({"coordinator_per_job": per_job[name]} if name in per_job else {}),
-                }
-                for name, took in runs.items()
-            }
-            score, maximum = grading.score()
-            summary["class_score"] = f"{score:g}/{maximum:g}"
-            ok = ok and score == maximum
+            ok = _class(grading, args, assignments, server, why_not, scratch, summary) and ok
     summary["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(summary, indent=1))
     return 0 if ok else 1

@@ -58,8 +58,7 @@ def ensure_config(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     if root.resolve() != HERE and not (root / "nbgrader_config.py").exists():
         (root / "nbgrader_config.py").write_text(
-            "c = get_config()  # noqa: F821\n"
-            f"load_subconfig({str(HERE / 'nbgrader_config.py')!r})  # noqa: F821\n"
+            f"c = get_config()  # noqa: F821\nload_subconfig({str(HERE / 'nbgrader_config.py')!r})  # noqa: F821\n"
         )
 
 
@@ -91,9 +90,7 @@ def nbgrader(
 def _chosen(names: list[str], available: list[str]) -> list[str]:
     unknown = sorted(set(names) - set(available))
     if unknown:
-        raise SystemExit(
-            f"unknown assignment(s): {', '.join(unknown)}; the course has: {', '.join(available)}"
-        )
+        raise SystemExit(f"unknown assignment(s): {', '.join(unknown)}; the course has: {', '.join(available)}")
     return names or available
 
 
@@ -413,8 +410,16 @@ def _grade_on_workers(args, files: course_files.CourseFiles, students: list[str]
     )
     files.check()
     reasons = coordinator.Coordinator(
-        args.root, args.queue, work, course_id=_course_id(args.root), db_url=url, config=HERE / "nbgrader_config.py",
-        lease=args.lease, tries=args.tries, poll=args.poll, show_bar=not args.no_progress,
+        args.root,
+        args.queue,
+        work,
+        course_id=_course_id(args.root),
+        db_url=url,
+        config=HERE / "nbgrader_config.py",
+        lease=args.lease,
+        tries=args.tries,
+        poll=args.poll,
+        show_bar=not args.no_progress,
     ).run()
     files.check()
     return reasons
@@ -429,8 +434,14 @@ def cmd_worker(args) -> int:
     for name in ONE_THREAD_EACH:
         os.environ.setdefault(name, "1")
     return worker.run(
-        args.root, queue_url=args.queue, course_id=_course_id(args.root), key_path=args.key, name=args.name,
-        course_script=Path(__file__).resolve(), config=HERE / "nbgrader_config.py", heartbeat=args.heartbeat,
+        args.root,
+        queue_url=args.queue,
+        course_id=_course_id(args.root),
+        key_path=args.key,
+        name=args.name,
+        course_script=Path(__file__).resolve(),
+        config=HERE / "nbgrader_config.py",
+        heartbeat=args.heartbeat,
         job_timeout=args.job_timeout,
         release=_release_on_worker,
     )
@@ -581,37 +592,12 @@ def cmd_report(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--root", type=Path, default=HERE, help="course root (default: autograde/)")
-    parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="instructor notebooks")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("release", help="copy notebooks into source/ and generate the student release")
-    p.add_argument("assignments", nargs="*")
-    p.set_defaults(run=cmd_release)
-
-    p = sub.add_parser(
-        "check-release", help="no solution text anywhere; every test fails 'not implemented yet'"
-    )
-    p.add_argument("assignments", nargs="*")
-    p.add_argument("--skip-run", action="store_true", help="only look for leaks")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    p.set_defaults(run=cmd_check_release)
-
-    p = sub.add_parser("collect", help="student folders or LMS zip exports -> submitted/")
-    p.add_argument("paths", nargs="+", type=Path)
-    p.add_argument("--lms", choices=["auto", *collect.LMS_PATTERNS], default="auto")
-    p.set_defaults(run=cmd_collect)
-
+def _add_grade(sub) -> None:
+    """``course.py grade``: on this machine (``--jobs``), or on the workers of a queue (``--queue``)."""
     p = sub.add_parser("grade", help="nbgrader autograde every (or the named) assignment")
     p.add_argument("assignments", nargs="*")
     p.add_argument("--student")
-    p.add_argument(
-        "--shard", help="i/n: grade only the i-th of n equal slices of the class (one per machine)"
-    )
+    p.add_argument("--shard", help="i/n: grade only the i-th of n equal slices of the class (one per machine)")
     p.add_argument(
         bubblewrap.UNSAFE_FLAG,
         action="store_true",
@@ -637,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="with --queue: no progress bar (logs, CI)")
     p.set_defaults(run=cmd_grade)
 
+
+def _add_worker(sub) -> None:
+    """``course.py worker``: grade students from a queue, on this machine."""
     p = sub.add_parser("worker", help="grade students from a queue, one at a time, in this folder (--root DIR)")
     p.add_argument("--queue", metavar="URL", required=True, help="the coordinator's queue (postgresql://USER@HOST/DB)")
     p.add_argument("--key", type=Path, help="the coordinator's worker key (default: ROOT/.worker_key), mode 0600")
@@ -646,6 +635,31 @@ def main(argv: list[str] | None = None) -> int:
         "--job-timeout", type=float, default=7200.0, help="seconds before a student's grading is stopped (default 7200)"
     )
     p.set_defaults(run=cmd_worker)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=HERE, help="course root (default: autograde/)")
+    parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="instructor notebooks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("release", help="copy notebooks into source/ and generate the student release")
+    p.add_argument("assignments", nargs="*")
+    p.set_defaults(run=cmd_release)
+
+    p = sub.add_parser("check-release", help="no solution text anywhere; every test fails 'not implemented yet'")
+    p.add_argument("assignments", nargs="*")
+    p.add_argument("--skip-run", action="store_true", help="only look for leaks")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    p.set_defaults(run=cmd_check_release)
+
+    p = sub.add_parser("collect", help="student folders or LMS zip exports -> submitted/")
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--lms", choices=["auto", *collect.LMS_PATTERNS], default="auto")
+    p.set_defaults(run=cmd_collect)
+
+    _add_grade(sub)
+    _add_worker(sub)
 
     p = sub.add_parser("status", help="where each student's grading on workers stands (reports/grading-status.csv)")
     p.add_argument("--queue", metavar="URL", help="also the queue's live counts and its workers")
@@ -659,20 +673,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="grades.csv, per-check pass rates and a score histogram in reports/")
     p.set_defaults(run=cmd_report)
 
-    p = sub.add_parser(
-        "publish", help="after its deadline: an assignment's solution, for later notebooks"
-    )
+    p = sub.add_parser("publish", help="after its deadline: an assignment's solution, for later notebooks")
     p.add_argument("assignments", nargs="+")
-    p.add_argument(
-        "--into", type=Path, default=None, help="folder of published solutions (default: ROOT/published)"
-    )
+    p.add_argument("--into", type=Path, default=None, help="folder of published solutions (default: ROOT/published)")
     p.set_defaults(run=cmd_publish)
 
     p = sub.add_parser("workspace", help="the learner's notebooks (the student release) in workspace/; keeps edits")
     p.add_argument("--into", type=Path, default=REPO / "workspace", help="the learner's folder")
-    p.add_argument(
-        "--build", type=Path, default=REPO / ".workspace-build", help="nbgrader course root for the release"
-    )
+    p.add_argument("--build", type=Path, default=REPO / ".workspace-build", help="nbgrader course root for the release")
     p.set_defaults(run=cmd_workspace)
 
     args = parser.parse_args(argv)

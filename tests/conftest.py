@@ -11,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import random
 import re
 import sys
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist each worker is one of several busy processes on the machine's cores (CI: two
+# workers on two cores, beside the grading tests' kernels): one torch thread each, set before torch is
+# imported, so that no worker's thread pool spins against another's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -2,7 +2,7 @@
 
 * Each student's sandboxes (and checker) run in one cgroup of theirs, with the same CPU weight as
   every other student's, a memory cap and a process cap; cgroup v2 and v1 are found at run time
-  (``bubblewrap.find_hierarchies``, ``bubblewrap.student_leaf``).
+  (``fair_share.find_hierarchies``, ``bubblewrap.student_leaf``).
 * A clean run whose learner's process could not start, or that ran out of time beside other work,
   is "no verdict": the cell is run again alone (the final run), where a timeout is the student's
   and a process that still cannot start leaves the cell without a verdict (0, a note, a ``time``
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from paged_grading.sandbox import fair_share, owners
 
 from autograde_helpers import (
     AUTOGRADE,
@@ -56,10 +57,10 @@ def test_cgroup_v2_with_the_controllers_is_used_at_its_root_when_the_graders_own
     v2 = _hierarchy_folder(tmp_path / "v2", {"cgroup.procs": "", "cgroup.subtree_control": "cpu memory pids io"})
     _hierarchy_folder(v2 / "grader", {"cgroup.procs": "1\n", "cgroup.subtree_control": ""})
     mountinfo = f"41 23 0:38 / {v2} rw,relatime - cgroup2 cgroup2 rw\n"
-    found = bubblewrap.find_hierarchies(mountinfo, "0::/grader\n")
-    assert found == [bubblewrap.Hierarchy(v2, 2, frozenset({"cpu", "memory", "pids"}))]
-    files = found[0].limit_files(bubblewrap.StudentLimits())
-    assert files["cpu.weight"] == "100" and files["memory.max"] == str(bubblewrap.StudentLimits().memory_bytes)
+    found = fair_share.find_hierarchies(mountinfo, "0::/grader\n")
+    assert found == [fair_share.Hierarchy(v2, 2, frozenset({"cpu", "memory", "pids"}))]
+    files = found[0].limit_files(fair_share.StudentLimits())
+    assert files["cpu.weight"] == "100" and files["memory.max"] == str(fair_share.StudentLimits().memory_bytes)
 
 
 def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
@@ -75,10 +76,10 @@ def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
     )
     mountinfo += f"41 31 0:38 / {unified} rw,relatime - cgroup2 cgroup2 rw\n"
     own = "8:pids:/\n4:memory:/job/7\n1:cpu,cpuacct:/\n0::/\n"
-    found = {h.base: h for h in bubblewrap.find_hierarchies(mountinfo, own)}
+    found = {h.base: h for h in fair_share.find_hierarchies(mountinfo, own)}
     assert set(found) == {folders["cpu"], folders["memory"] / "job" / "7", folders["pids"]}
     assert all(h.version == 1 for h in found.values())
-    limits = bubblewrap.StudentLimits()
+    limits = fair_share.StudentLimits()
     assert found[folders["cpu"]].limit_files(limits) == {"cpu.shares": "1024"}
     assert found[folders["memory"] / "job" / "7"].limit_files(limits) == {
         "memory.limit_in_bytes": str(limits.memory_bytes)
@@ -87,12 +88,12 @@ def test_cgroup_v1_hierarchies_are_used_under_the_graders_own_groups(tmp_path):
 
 
 def test_a_machine_without_writable_cgroups_has_none():
-    assert bubblewrap.find_hierarchies("", "0::/\n") == []
+    assert fair_share.find_hierarchies("", "0::/\n") == []
 
 
 def test_without_cgroups_grading_says_so_once_and_what_holds_the_students_instead(monkeypatch, capsys):
-    monkeypatch.setattr(bubblewrap, "hierarchies", lambda: ())
-    assert bubblewrap.fair_share_gaps() == ["cpu", "memory", "pids"]
+    monkeypatch.setattr(fair_share, "hierarchies", lambda: ())
+    assert fair_share.fair_share_gaps() == ["cpu", "memory", "pids"]
     leaf = bubblewrap.student_leaf(bubblewrap.Submission(Path("/nowhere"), "alice", A2))
     assert leaf.path is None and leaf.enter_command() == [] and not leaf.caps_processes
     leaf.kill_all_and_remove()
@@ -105,7 +106,7 @@ def test_without_cgroups_grading_says_so_once_and_what_holds_the_students_instea
 
 
 needs_cgroups = pytest.mark.skipif(
-    bool(bubblewrap.fair_share_gaps()), reason=f"no student cgroup here: {bubblewrap.fair_share_note()}"
+    bool(fair_share.fair_share_gaps()), reason=f"no student cgroup here: {fair_share.fair_share_note()}"
 )
 
 
@@ -118,7 +119,7 @@ def test_one_cgroup_per_student_holds_all_their_sandboxes_and_goes_with_the_last
     try:
         assert kernel.path.parent == learner.path.parent != other.path.parent
         for path in kernel.paths:  # every hierarchy: a leaf under the student's group
-            assert path.parent.name.startswith(bubblewrap.CGROUP_PREFIX)
+            assert path.parent.name.startswith(fair_share.CGROUP_PREFIX)
         spinner = subprocess.Popen([*kernel.enter_command(), sys.executable, "-c", "while True: pass"])
         for _ in range(50):
             if str(spinner.pid) in (kernel.path / "cgroup.procs").read_text().split():
@@ -310,13 +311,13 @@ def grader_cpu_group():
     """A command prefix that runs a grader in a cpu cgroup of its own, as in a systemd unit or a
     container. (Where the grader is in the root cpu group, as on this test machine, the scheduler's
     autogroups give each session a share, which hides what a spinning student does elsewhere.)"""
-    hierarchy = next(h for h in bubblewrap.hierarchies() if "cpu" in h.controllers)
-    path = hierarchy.base / f"{bubblewrap.CGROUP_PREFIX}{bubblewrap.owner_tag()}-grader"
+    hierarchy = next(h for h in fair_share.hierarchies() if "cpu" in h.controllers)
+    path = hierarchy.base / f"{fair_share.CGROUP_PREFIX}{owners.owner_tag()}-grader"
     path.mkdir()
     try:
         yield ["/bin/sh", "-c", f'echo $$ > {path / "cgroup.procs"} && exec "$@"', "grader"]
     finally:
-        bubblewrap.remove_cgroup(path)
+        fair_share.remove_cgroup(path)
 
 
 @pytest.fixture(scope="module")
@@ -324,8 +325,8 @@ def graded(tmp_path_factory):
     reason = throwaway_postgres.unavailable_reason()
     if reason:
         pytest.skip(f"PostgreSQL is not available here: {reason}")
-    if bubblewrap.fair_share_gaps():
-        pytest.skip(f"no student cgroup here: {bubblewrap.fair_share_note()}")
+    if fair_share.fair_share_gaps():
+        pytest.skip(f"no student cgroup here: {fair_share.fair_share_note()}")
     server = throwaway_postgres.ThrowawayPostgres().start()
     try:
         root = tmp_path_factory.mktemp("fair") / "course"

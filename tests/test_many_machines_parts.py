@@ -15,7 +15,7 @@ import stat
 
 import pytest
 from paged_grading.clean_run import secret_seeds
-from paged_grading.many_machines import course_bundle, grading_status, result, signing, submission_job
+from paged_grading.many_machines import course_bundle, fencing, grading_status, result, roster, signing, submission_job
 
 
 def test_a_mac_covers_every_byte_and_the_boundaries_between_parts(tmp_path):
@@ -120,3 +120,44 @@ def test_status_lists_every_student(tmp_path):
     assert any(line.startswith("bob") and "NOT GRADED" in line for line in lines), lines
     assert "1 NOT GRADED, 1 graded" in lines[-1], lines
     assert "no grading on workers recorded" in grading_status.status_lines(tmp_path / "elsewhere")[0]
+
+
+def _judged(student, attempt, outcome, *, key=b"k" * 32, job_id=None, mac_key=None, max_tries=3):
+    """``fencing.judge`` on a result row carrying ``outcome``, signed with ``mac_key`` (the worker key by default)."""
+    blob = result.encode(outcome)
+    job_id = attempt.job_id if job_id is None else job_id
+    mac = signing.sign(mac_key or key, attempt.job_key.encode(), str(job_id).encode(), blob)
+    row = {"job_key": attempt.job_key, "job_id": job_id, "worker": "w1", "result": blob, "mac": mac}
+    return fencing.judge(row, attempt, student, key=key, max_tries=max_tries)
+
+
+def test_only_the_current_tries_signed_result_for_the_bytes_sent_counts(tmp_path):
+    """The fencing rules as data: each way a result can be refused, and the one way it counts."""
+    board = grading_status.Board(tmp_path, ["ada"], show_bar=False)
+    ros = roster.Roster({"ada": ["01_a"]}, board, 3, roster.Gradebook(tmp_path, "", "c"))
+    ada = ros.students["ada"]
+    first = ros.add_try(ada, "key1", 11, {"01_a": "sha-a"})
+    graded = result.Result("key1", "ada", "w1", result.GRADED, graded=["01_a"], digests={"01_a": "sha-a"})
+    assert _judged(ada, first, graded, mac_key=b"x" * 32).verdict.startswith("refused: not signed")
+    assert _judged(ada, first, graded, job_id=12).verdict.startswith("refused: not signed")
+    other = result.Result("key1", "bob", "w1", result.GRADED)
+    assert _judged(ada, first, other).verdict == "refused: a result for another job"
+    changed = result.Result("key1", "ada", "w1", result.GRADED, graded=["01_a"], digests={"01_a": "sha-b"})
+    judgement = _judged(ada, first, changed)
+    assert judgement.verdict == "refused: graded other bytes than were sent" and judgement.outcome is None
+    assert "graded other bytes" in judgement.failed
+    incomplete = result.Result("key1", "ada", "w1", result.INCOMPLETE, reason="gave up")
+    assert _judged(ada, first, incomplete).failed == "try 1 on w1: gave up"
+    assert _judged(ada, first, incomplete, max_tries=1).verdict == "accepted"  # the last try's best
+    accepted = _judged(ada, first, graded)
+    assert accepted.verdict == "accepted" and accepted.outcome == graded and not accepted.failed
+
+    ros.try_failed(ada, first, "try 1 on w1: the worker stopped answering")
+    second = ros.add_try(ada, "key2", 22, {"01_a": "sha-a"})
+    late = _judged(ada, first, graded)
+    assert late.verdict == "refused: superseded by try 2" and "only the current try's result counts" in late.warning
+    ros.try_failed(ada, first, "a late failure of the superseded try")  # changes nothing: try 2 stands
+    assert ada.current is second and len(ada.reasons) == 1
+    ada.done = True
+    again = result.Result("key2", "ada", "w1", result.GRADED, graded=["01_a"], digests={"01_a": "sha-a"})
+    assert _judged(ada, second, again).verdict == "refused: ada was already graded in this run"

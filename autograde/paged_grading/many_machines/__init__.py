@@ -17,9 +17,12 @@ Who owns what:
 | ``submission_job`` | one student's job: submission, seeds, ledger (the payload) | - |
 | ``gradebook_rows`` | one student's autograde as rows, out of one gradebook into another | - |
 | ``result`` | one try's bounded result, and writing it into the course | the course's ``autograded/``, ``feedback/`` |
-| ``coordinator`` | tries, fencing, retries, NOT GRADED | the gradebook, ``reports/``, verdicts |
+| ``coordinator`` | the loop: sending jobs, judging results, watching workers | the gradebook, ``reports/``, verdicts |
+| ``roster`` | each student's tries, the current one, why others failed; NOT GRADED | - |
+| ``fencing`` | which result counts (signed, its job, the current try, the bytes sent) | - |
+| ``leases`` | tries whose worker went silent or whose job ended without a result | - |
+| ``grading_status`` | the bar while grading, ``reports/grading-status.csv``, the run's summary | those files |
 | ``worker`` | taking jobs, grading with course.py, sending results | a worker's root |
-| ``progress`` | the bar while grading, ``reports/grading-status.csv`` | that file |
 
 Invariants: only the coordinator writes the course (a worker writes its own root and inserts rows
 in the queue, nothing else); a student is graded at most once per run and only by their current

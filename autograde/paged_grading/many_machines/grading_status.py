@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import json
 import os
 import sys
 from collections import Counter
@@ -20,6 +21,9 @@ from pathlib import Path
 STATUS_CSV = Path("reports") / "grading-status.csv"
 FIELDS = ["student", "state", "tries", "worker", "seconds", "reason", "updated"]
 QUEUED, RUNNING, DONE, NOT_GRADED = "queued", "running", "graded", "NOT GRADED"
+
+
+RUN_SUMMARY = Path("reports") / "workers-run.json"
 
 
 class Board:
@@ -109,3 +113,37 @@ def status_lines(root: Path) -> list[str]:
     counts = Counter(row["state"] for row in rows)
     lines.append(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + f" (from {path})")
     return lines
+
+
+def write_run_summary(root: Path, board: Board, tries: int, timing: dict, seconds: float) -> None:
+    """``reports/workers-run.json`` (who graded how many, tries, the coordinator's time per job) and one line."""
+    workers: dict[str, int] = {}
+    for row in board.rows.values():
+        if row["state"] == DONE and row["worker"]:
+            workers[row["worker"]] = workers.get(row["worker"], 0) + 1
+    sent, accepted = max(1, timing["sent"]), max(1, timing["accepted"])
+    summary = {
+        "students": len(board.rows),
+        "graded": sum(1 for r in board.rows.values() if r["state"] == DONE),
+        "not_graded": sum(1 for r in board.rows.values() if r["state"] == NOT_GRADED),
+        "tries": tries,
+        "failed_tries": board.failed_tries,
+        "seconds": round(seconds, 1),
+        "coordinator_s_per_job": {
+            "send": round(timing["send_s"] / sent, 4),
+            "accept": round(timing["accept_s"] / accepted, 4),
+        },
+        "graded_by": workers,
+    }
+    path = root / RUN_SUMMARY
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    per_job = summary["coordinator_s_per_job"]
+    print(
+        f"on workers: {summary['graded']} of {summary['students']} student(s) graded in {seconds:.1f} s, "
+        f"{summary['tries']} tries ({summary['failed_tries']} failed and retried); by worker: "
+        + (", ".join(f"{w} {n}" for w, n in sorted(workers.items())) or "none")
+        + f"; the coordinator spent {per_job['send']:.3f} s sending and {per_job['accept']:.3f} s accepting "
+        "per job",
+        flush=True,
+    )

@@ -180,3 +180,43 @@ def live_lines(url: str, course_id: str) -> list[str]:
             return lines or ["no worker has a heartbeat in this database"]
 
     return asyncio.run(read())
+
+
+# --- The coordinator's housekeeping in the queue's database -------------------------------------------
+
+
+async def publish_bundle(app, digest: str, data: bytes) -> None:
+    """The released course, once per digest: every job of the run names it, workers fetch it once."""
+    await app.connector.execute_query_async(
+        "INSERT INTO paged_grading_bundles (digest, bundle) VALUES (%(d)s, %(b)s) ON CONFLICT (digest) DO NOTHING",
+        d=digest,
+        b=data,
+    )
+
+
+async def end_earlier_runs(app, queue: str) -> None:
+    """Jobs of this course left queued or running by an earlier coordinator that stopped: cancelled
+    (queued) or aborted (running), their payloads removed; their results are never this run's."""
+    manager = app.job_manager
+    for status, abort in (("todo", False), ("doing", True)):
+        for job in await manager.list_jobs_async(queue=queue, status=status):
+            try:
+                await manager.cancel_job_by_id_async(job.id, abort=abort, delete_job=not abort)
+            except Exception as error:  # noqa: BLE001 - it ended meanwhile
+                if is_unreachable(error):
+                    raise
+            await app.connector.execute_query_async(
+                "DELETE FROM paged_grading_payloads WHERE job_key = %(k)s", k=str(job.task_kwargs.get("job_key"))
+            )
+
+
+async def clean_up_run(app, queue: str, run_id: str, job_keys: list[str]) -> None:
+    """What one run put in the queue's database, and the results it judged, removed; and the queue's
+    finished jobs."""
+    connector = app.connector
+    await connector.execute_query_async("DELETE FROM paged_grading_payloads WHERE run_id = %(r)s", r=run_id)
+    await connector.execute_query_async("DELETE FROM paged_grading_results WHERE job_key = ANY(%(k)s)", k=job_keys)
+    await connector.execute_query_async("DELETE FROM paged_grading_events WHERE job_key = ANY(%(k)s)", k=job_keys)
+    await app.job_manager.delete_old_jobs(
+        nb_hours=0, queue=queue, include_failed=True, include_cancelled=True, include_aborted=True
+    )

@@ -284,9 +284,9 @@ async def grade_student(context, job_key: str) -> None:
     print(f"{setup.name}: {payload.student}: {words} in {time.monotonic() - started:.1f} s, result sent", flush=True)
 
 
-async def _serve(app, setup: Setup, heartbeat: float) -> None:
-    loop = asyncio.get_running_loop()
-    worker_task: asyncio.Task | None = None
+def _install_handlers(loop: asyncio.AbstractEventLoop, setup: Setup) -> None:
+    """^C or SIGTERM once: stop after the current job; twice: stop now. And plain lines for a job that
+    another worker was given meanwhile, and for a database that went away."""
 
     def on_signal() -> None:
         if setup.quit.is_set():
@@ -321,31 +321,41 @@ async def _serve(app, setup: Setup, heartbeat: float) -> None:
             print(f"{setup.name}: the queue's database is unreachable: waiting for it", flush=True)
 
     queue_db.watch_outages(on_away)
+
+
+async def _take_jobs(app, setup: Setup, heartbeat: float) -> None:
+    """One connection to the queue: take jobs, one at a time, until told to stop or the connection fails."""
+    async with app.open_async():
+        while not await queue_db.ready(app):
+            print(f"{setup.name}: the queue has no course yet: start `course.py grade --queue ...` "
+                  "on the coordinator (waiting)", flush=True)  # fmt: skip
+            await asyncio.sleep(10)
+        print(f"{setup.name}: ready, taking jobs from {setup.queue}", flush=True)
+        worker_task = asyncio.create_task(app.run_worker_async(
+            queues=[setup.queue], name=setup.name, concurrency=1, install_signal_handlers=False,
+            update_heartbeat_interval=heartbeat, stalled_worker_timeout=max(60.0, 10 * heartbeat),
+            fetch_job_polling_interval=min(5.0, heartbeat * 2), delete_jobs="successful",
+            additional_context={"setup": setup},
+        ))  # fmt: skip
+        stopper = asyncio.create_task(setup.quit.wait())
+        await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not worker_task.done():
+            worker_task.cancel()  # procrastinate: stop taking jobs, wait for the running one
+        try:
+            await worker_task
+        except asyncio.CancelledError:
+            pass
+
+
+async def _serve(app, setup: Setup, heartbeat: float) -> None:
+    """Take jobs until told to stop, outliving the database: each failed connection is tried again, later."""
+    _install_handlers(asyncio.get_running_loop(), setup)
     delay = 1.0
     while not setup.quit.is_set():
         try:
-            async with app.open_async():
-                while not await queue_db.ready(app):
-                    print(f"{setup.name}: the queue has no course yet: start `course.py grade --queue ...` "
-                          "on the coordinator (waiting)", flush=True)  # fmt: skip
-                    await asyncio.sleep(10)
-                print(f"{setup.name}: ready, taking jobs from {setup.queue}", flush=True)
-                worker_task = asyncio.create_task(app.run_worker_async(
-                    queues=[setup.queue], name=setup.name, concurrency=1, install_signal_handlers=False,
-                    update_heartbeat_interval=heartbeat, stalled_worker_timeout=max(60.0, 10 * heartbeat),
-                    fetch_job_polling_interval=min(5.0, heartbeat * 2), delete_jobs="successful",
-                    additional_context={"setup": setup},
-                ))  # fmt: skip
-                stopper = asyncio.create_task(setup.quit.wait())
-                await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                if not worker_task.done():
-                    worker_task.cancel()  # procrastinate: stop taking jobs, wait for the running one
-                try:
-                    await worker_task
-                except asyncio.CancelledError:
-                    pass
-                delay = 1.0
+            await _take_jobs(app, setup, heartbeat)
+            delay = 1.0
         except Exception as error:  # noqa: BLE001 - the worker itself must outlive its database
             what = "the queue's database is unreachable" if queue_db.is_unreachable(error) else "procrastinate failed"
             print(f"{setup.name}: {what} ({type(error).__name__}: {str(error).strip()[:200]}); "
