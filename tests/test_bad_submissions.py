@@ -46,10 +46,10 @@ PATCHED = "patched: the check now passes anything"
 EDIT_CHECK_ON_DISK = f"""\
 import importlib
 import pathlib
-import paged_helpers.checks.allocator as target
+import paged_helpers.checks.allocator.check as target
 path = pathlib.Path(target.__file__)
 stub = (
-    "from .registry import check\\n"
+    "from ..registry import check\\n"
     "@check(notebook='02_block_allocator', builds='BlockAllocator')\\n"
     "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
 )
@@ -141,7 +141,7 @@ STUB = "def check_block_allocator(*args, **kwargs):\\n    pass\\n"
 refused = []
 def swap():
     for _ in range(4000):
-        for path in glob.glob("/tmp/paged-grading-*/paged_helpers/checks/allocator.py"):
+        for path in glob.glob("/tmp/paged-grading-*/paged_helpers/checks/allocator/check.py"):
             try:
                 with open(path, "w") as f:
                     f.write(STUB)
@@ -487,8 +487,8 @@ def test_the_installed_package_is_never_changed(bad_class):
     root = bad_class[0]
     log = (root / "reports" / "integrity.log").read_text()
     assert "modified installed" not in log
-    installed = isolated_site() / "paged_helpers" / "checks" / "allocator.py"
-    assert installed.read_text() == (ROOT / "paged_helpers" / "checks" / "allocator.py").read_text()
+    installed = isolated_site() / "paged_helpers" / "checks" / "allocator" / "check.py"
+    assert installed.read_text() == (ROOT / "paged_helpers" / "checks" / "allocator" / "check.py").read_text()
 
 
 CAUGHT_BY_THE_SECOND_OPINION = {

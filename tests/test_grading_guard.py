@@ -34,20 +34,26 @@ def test_pristine_copy_verifies(snapshot):
     assert kernel_guard.verify(root, digest) == root / "paged_helpers"
 
 
+ALLOCATOR_CHECK = "paged_helpers/checks/allocator"  # a check module the tampering cases change
+
+
 def _plant_bytecode(root: Path, name: str) -> None:
     """A compiled module beside the sources: Python imports ``checks/NAME.pyc`` with no source."""
-    cached = next(root.glob("paged_helpers/checks/__pycache__/allocator.*.pyc"))
+    cached = next(root.glob(f"{ALLOCATOR_CHECK}/__pycache__/check.*.pyc"))
     shutil.copyfile(cached, root / "paged_helpers" / "checks" / f"{name}.pyc")
 
 
 @pytest.mark.parametrize(
     "tamper, words",
     [
-        (lambda root: (root / "paged_helpers/checks/allocator.py").write_text("pass\n"), "changed or removed"),
-        (lambda root: (root / "paged_helpers/checks/allocator.py").unlink(), "changed or removed"),
+        (lambda root: (root / f"{ALLOCATOR_CHECK}/check.py").write_text("pass\n"), "changed or removed"),
+        (lambda root: (root / f"{ALLOCATOR_CHECK}/check.py").unlink(), "changed or removed"),
         (lambda root: (root / "paged_helpers/checks/sneaky.py").write_text("pass\n"), "added"),
         (lambda root: (root / "manifest.json").write_text("{}"), "manifest"),
-        (lambda root: next(root.glob("paged_helpers/checks/__pycache__/allocator.*.pyc")).write_bytes(b"x"), "changed"),
+        (
+            lambda root: next(root.glob(f"{ALLOCATOR_CHECK}/__pycache__/check.*.pyc")).write_bytes(b"x"),
+            "changed",
+        ),
         (lambda root: _plant_bytecode(root, "sneaky"), "added"),
     ],
     ids=["edited", "deleted", "added", "manifest", "edited bytecode", "added bytecode"],
@@ -86,12 +92,12 @@ def test_test_cells_import_the_copy_compiled_once_by_the_grader(snapshot):
 
 
 def test_edited_installed_package_is_found_and_restored(snapshot):
-    allocator = snapshot.package_dir / "checks" / "allocator.py"
+    allocator = snapshot.package_dir / "checks" / "allocator" / "check.py"
     original = allocator.read_bytes()
     allocator.write_text("def check_block_allocator(*a, **k):\n    pass\n")
     (snapshot.package_dir / "checks" / "extra.py").write_text("x = 1\n")
     changed = snapshot.changes_on_disk()
-    assert changed == ["checks/allocator.py", "checks/extra.py"]
+    assert changed == ["checks/allocator/check.py", "checks/extra.py"]
     snapshot.restore(changed)
     assert allocator.read_bytes() == original and not (snapshot.package_dir / "checks" / "extra.py").exists()
     assert snapshot.changes_on_disk() == []
@@ -359,7 +365,7 @@ CLEAN_RUN_CASES = {
         _allocator_submission,
         {
             "method_line": "        import os, contextlib\n        for fd in range(3, 16):\n"
-            "            with contextlib.suppress(OSError): os.write(fd, b'{\"outcome\": {\"passed\": true}}\\n')"
+            '            with contextlib.suppress(OSError): os.write(fd, b\'{"outcome": {"passed": true}}\\n\')'
         },
         False,
         "forged",

@@ -56,8 +56,8 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
         handle.write("\nfrom ..reading import strict  # speaking reads the learner\n")
     with open(copy / "paged_helpers" / "running" / "graded.py", "a") as handle:
         handle.write("\nfrom ..checks.speaking import hidden  # upward\n")
-    with open(copy / "paged_helpers" / "checks" / "allocator.py", "a") as handle:
-        handle.write("\nfrom ..learner_view.remote import plain  # a second door\n")
+    with open(copy / "paged_helpers" / "checks" / "allocator" / "check.py", "a") as handle:
+        handle.write("\nfrom ...learner_view.remote import plain  # a second door\n")
     done = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache"],
         cwd=copy,
@@ -71,7 +71,7 @@ def test_a_cycle_or_an_upward_import_breaks_a_contract(tmp_path):
     assert "3 kept, 4 broken" in done.stdout, done.stdout[-3000:]
     assert "paged_helpers.checks.speaking.hidden -> paged_helpers.checks.reading.strict" in done.stdout, done.stdout
     assert ".failure -> .hidden" in done.stdout or ".hidden -> .failure" in done.stdout, done.stdout
-    assert "paged_helpers.checks.allocator -> paged_helpers.learner_view.remote" in done.stdout, done.stdout
+    assert "paged_helpers.checks.allocator.check -> paged_helpers.learner_view.remote" in done.stdout, done.stdout
     assert "paged_helpers.running.graded" in done.stdout, done.stdout
 
 

@@ -38,10 +38,10 @@ from typing import Any
 from ..reading.learner_code import is_remote
 from ..registry import REGISTRY
 from ..speaking.failure import CheckFailed
-from .advance import check_engine_advance
+from ..story import Story
 from .blame import ADMISSION, ADVANCE, EVERY_STAGE, FORK, FORWARD, PLAN, RESERVE
 from .forward import forward_alone
-from .stages import check_engine_admission, check_engine_fork, check_engine_plan, check_engine_reserve
+from .scenarios import ADMISSION_STORY, ADVANCE_STORY, FORK_STORY, PLAN_STORY, RESERVE_STORY
 
 __all__ = ["HIDDEN_SEED", "STAGES", "Excuse", "Stage", "excuse"]
 
@@ -72,25 +72,26 @@ class Stage:
         return f"{self.name}({REGISTRY[self.name].builds}, PagedKVCache, PrefixCache, hidden=True)"
 
 
-def _stage_check(check: Callable[..., Any], cell: str, methods: tuple[str, ...]) -> Stage:
-    """A stage scored by a check of its own (run without its pass line: ``__wrapped__`` is the function
-    ``@check`` decorated)."""
-    run = check.__wrapped__
+def _stage_check(name: str, story: Story, cell: str, methods: tuple[str, ...]) -> Stage:
+    """A stage scored by a check of its own, ``name`` (``check``): its story told as the check tells it,
+    without the check's pass line."""
     return Stage(
-        check.__name__,
+        name,
         cell,
         methods,
-        lambda classes: run(*classes),
-        lambda classes, seed: run(*classes, seed=seed, hidden=True),
+        lambda classes: story.tell(classes),
+        lambda classes, seed: story.tell(classes, seed=seed, hidden=True),
     )
 
 
 STAGES = {
-    ADMISSION: _stage_check(check_engine_admission, "test_engine_admission", ("add_request", "_make_room", "_admit")),
-    PLAN: _stage_check(check_engine_plan, "test_engine_plan", ("_plan",)),
-    RESERVE: _stage_check(check_engine_reserve, "test_engine_reserve", ("_reserve", "_preempt")),
-    FORK: _stage_check(check_engine_fork, "test_engine_fork", ("_fork_samples", "_finish")),
-    ADVANCE: _stage_check(check_engine_advance, "test_engine_advance", ("_advance",)),
+    ADMISSION: _stage_check(
+        "check_engine_admission", ADMISSION_STORY, "test_engine_admission", ("add_request", "_make_room", "_admit")
+    ),
+    PLAN: _stage_check("check_engine_plan", PLAN_STORY, "test_engine_plan", ("_plan",)),
+    RESERVE: _stage_check("check_engine_reserve", RESERVE_STORY, "test_engine_reserve", ("_reserve", "_preempt")),
+    FORK: _stage_check("check_engine_fork", FORK_STORY, "test_engine_fork", ("_fork_samples", "_finish")),
+    ADVANCE: _stage_check("check_engine_advance", ADVANCE_STORY, "test_engine_advance", ("_advance",)),
     FORWARD: Stage(
         "check_engine's test of _forward alone",
         "test_engine_batching",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ...model import tiny_config
 from ...serving import Sequence
 from ..reading.calls import call_learner
 from ..reading.learner_code import transfer
@@ -19,23 +18,16 @@ from ..reading.scratch import expect_from_scratch
 from ..reading.strict import learner_dict, learner_tensor
 from ..speaking.failure import fail
 from .blame import whole_engine_only
-from .watch import Watch, build, model
+from .diagnosis import FORWARD_HINT
+from .watch import VOCAB, Watch, build, model
 
 __all__ = ["FORWARD_PLANS", "FORWARD_PROMPTS", "forward_alone"]
-
-VOCAB = tiny_config().vocab_size  # the model every engine check serves (watch.model)
 
 # _forward on plans the check makes itself: three prompts (lengths), prefilled from position 0 in a plan
 # of three chunk lengths, then a plan of two groups: a decoder and a prompt's last token (count 1, at other
 # positions in one batch) and a prompt's next chunk (count 2). (index of the sequence, count) per chunk.
 FORWARD_PROMPTS = (9, 6, 5)
 FORWARD_PLANS = (((0, 8), (1, 6), (2, 3)), ((1, 1), (0, 1), (2, 2)))
-FORWARD_HINT = (
-    "_forward returns {seq.seq_id: the logits at the last of the chunk's `count` new tokens} for every (seq, "
-    "count) of the plan: for each group of equal counts, cache.set_batch(the group's seq_ids, in row order), "
-    "then one model call on seq.tokens[num_cached : num_cached + count] at positions num_cached, ..., "
-    "num_cached + count - 1, each row with its own num_cached"
-)
 
 
 def forward_alone(engine_class, cache_class, prefix_class, tokens: Callable[[Iterable[int]], list[int]] = list) -> None:
@@ -65,41 +57,45 @@ def forward_alone(engine_class, cache_class, prefix_class, tokens: Callable[[Ite
                 token = tokens([7])[0]
                 seqs[1].output = [token]
                 known[1].append(token)
-            for index, count in plan:
-                call_learner(
-                    f"cache.reserve('f{index}', {count})", cache.reserve, f"f{index}", count, scenario=scenario
-                )
-            chunks = [(seqs[index], count) for index, count in plan]
-            where = watch.where()
-            logits = learner_dict(
-                call_learner("_forward(plan)", engine._forward, chunks, scenario=scenario),
-                "what _forward returned",
-                where,
-                learner_tensor,
+            _one_plan(engine, cache, watch, scenario, plan, seqs, known, cached)
+
+
+def _one_plan(engine, cache, watch: Watch, scenario: str, plan, seqs: list, known: list, cached: list[int]) -> None:
+    """Reserve ``plan``'s chunks, run the learner's _forward on it, and hold each chunk's logits to a run
+    from scratch of its sequence's known tokens; ``cached[index]`` then counts the chunk, as _advance would."""
+    for index, count in plan:
+        call_learner(f"cache.reserve('f{index}', {count})", cache.reserve, f"f{index}", count, scenario=scenario)
+    chunks = [(seqs[index], count) for index, count in plan]
+    where = watch.where()
+    logits = learner_dict(
+        call_learner("_forward(plan)", engine._forward, chunks, scenario=scenario),
+        "what _forward returned",
+        where,
+        learner_tensor,
+    )
+    expected = sorted(f"f{index}" for index, _ in plan)
+    if sorted(logits, key=repr) != expected:
+        fail(
+            where,
+            f"logits for {expected} (one per planned sequence)",
+            f"logits for {sorted(logits, key=repr)}",
+            FORWARD_HINT,
+        )
+    for index, count in plan:
+        end = cached[index] + count
+        got = logits[f"f{index}"]
+        if tuple(got.shape) != (VOCAB,):
+            fail(
+                f"{where}: the logits of 'f{index}'",
+                f"a tensor of shape [{VOCAB}] (the vocabulary): the logits of the chunk's last token",
+                f"shape {list(got.shape)}",
+                FORWARD_HINT,
             )
-            expected = sorted(f"f{index}" for index, _ in plan)
-            if sorted(logits, key=repr) != expected:
-                fail(
-                    where,
-                    f"logits for {expected} (one per planned sequence)",
-                    f"logits for {sorted(logits, key=repr)}",
-                    FORWARD_HINT,
-                )
-            for index, count in plan:
-                end = cached[index] + count
-                got = logits[f"f{index}"]
-                if tuple(got.shape) != (VOCAB,):
-                    fail(
-                        f"{where}: the logits of 'f{index}'",
-                        f"a tensor of shape [{VOCAB}] (the vocabulary): the logits of the chunk's last token",
-                        f"shape {list(got.shape)}",
-                        FORWARD_HINT,
-                    )
-                expect_from_scratch(
-                    model(),
-                    known[index][:end],
-                    got.reshape(1, VOCAB),
-                    scenario=f"{where}: the logits of 'f{index}'",
-                    hint=FORWARD_HINT,
-                )
-                cached[index] = seqs[index].num_cached = end  # as _advance would count it
+        expect_from_scratch(
+            model(),
+            known[index][:end],
+            got.reshape(1, VOCAB),
+            scenario=f"{where}: the logits of 'f{index}'",
+            hint=FORWARD_HINT,
+        )
+        cached[index] = seqs[index].num_cached = end  # as _advance would count it

@@ -12,7 +12,8 @@ classes that change nothing but observe:
     whose block a running sequence holds dropped in a phase (by evict or by the engine's own code).
 
 A ``Watch`` belongs to one scenario; the engine's ``step()`` (the notebook's, unchanged) calls
-the watched phases in order. Each hook applies its rules inside ``blame.blamed(...)``, naming the
+the watched phases in order. The rules of a whole step and of every write of the forward pass are
+in ``every_step``. Each hook applies its rules inside ``blame.blamed(...)``, naming the
 stages whose methods could break them (``check_engine`` asks those stages' own checks before it
 fails the whole engine on them); outside ``check_engine`` nothing is recorded.
 """
@@ -24,12 +25,17 @@ from collections import Counter
 from typing import Any
 
 from ...checkpoint import tiny_qwen3
+from ...model import tiny_config
 from ..reading.calls import call_learner
 from ..reading.learner_code import subclass
-from ..reading.strict import learner_int, learner_int_list, learner_key, learner_list, learner_tensor, torch_unhooked
+from ..reading.strict import learner_int, learner_key
 from ..speaking.failure import CheckFailed, fail
-from . import rules
+from . import engine_reads, rules
 from .blame import ADMISSION, ADVANCE, FORK, FORWARD, PLAN, RESERVE, blamed
+from .every_step import expect_step, verify_write
+from .reservation import Reservation
+
+VOCAB = tiny_config().vocab_size  # the vocabulary of the model every engine check serves (``model``)
 
 
 @functools.cache
@@ -85,7 +91,7 @@ class Watch:
         self.step_writes: Counter[str] = Counter()  # seq_id -> tokens computed in this step
         self.reused_tokens = 0
         self.preemptions = 0
-        self.reservation: rules.Reservation | None = None
+        self.reservation: Reservation | None = None
         self.kept: list | None = None
         self.phases: list[str] = []
         self.engine = None  # set by build()
@@ -102,7 +108,7 @@ def _expect_own_parts(engine, watch: Watch) -> None:
     if not watch.parts:
         return
     cache, prefix = watch.parts
-    rules.read_engine_ahead(engine)
+    engine_reads.read_engine_ahead(engine)
     if engine.cache is not cache or engine.prefix_cache is not prefix:
         fail(
             watch.where(),
@@ -139,11 +145,26 @@ def _kept_failure(watch: Watch, method):
 def watched(engine_class, cache_class, prefix_class, watch: Watch):
     """Subclasses of the learner's three classes that report to ``watch`` (each hook gets ``base``, the
     learner's own method: see ``learner_view.subclass``)."""
+    return (
+        _made(watch, _engine_hooks(watch), engine_class),
+        _made(watch, _cache_hooks(watch), cache_class),
+        _made(watch, _prefix_cache_hooks(watch), prefix_class),
+    )
+
+
+def _made(watch: Watch, hooks: type, learner: Any) -> Any:
+    """A subclass of the learner's class ``learner`` whose methods ``hooks`` watch, each hook's failure kept."""
+    methods = {name: _kept_failure(watch, method) for name, method in vars(hooks).items()}
+    return subclass(learner, learner.__name__, {n: m for n, m in methods.items() if not n.startswith("__")})
+
+
+def _cache_hooks(watch: Watch) -> type:
+    """The cache's hooks: sequences created and freed (preemptions, readmissions), reserves, forks, writes."""
 
     class WatchedCache:
         def create(self, base, seq):
             seq = learner_key(seq, "the seq_id given to cache.create", watch.where())
-            tables = rules.tables(self, watch.where())
+            tables = engine_reads.tables(self, watch.where())
             if seq in tables:
                 # Who left it there: an undone admission, _preempt, _finish (called by _advance), or a second fork.
                 with blamed(ADMISSION, RESERVE, FORK, ADVANCE):
@@ -163,8 +184,8 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             seq = learner_key(seq, "the seq_id given to cache.free", watch.where())
             reservation = watch.reservation
             if reservation is not None:
-                victim = next((s for s in reservation.live() if rules.seq_id(s, watch.where()) == seq), None)
-                if victim is not None and not rules.finished(victim, watch.where()):
+                victim = next((s for s in reservation.live() if engine_reads.seq_id(s, watch.where()) == seq), None)
+                if victim is not None and not engine_reads.finished(victim, watch.where()):
                     reservation.expect_preemption(watch.where(), watch.engine, victim)
                     watch.preemptions += 1
             if seq in watch.worked_on:  # freed after computing something: if created again, it resumed
@@ -186,8 +207,14 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
 
         def update(self, base, layer, k, v, positions, *args, **kwargs):
             if layer == 0:
-                _verify_write(self, positions, watch)
+                verify_write(self, positions, watch)
             return base(layer, k, v, positions, *args, **kwargs)
+
+    return WatchedCache
+
+
+def _prefix_cache_hooks(watch: Watch) -> type:
+    """The prefix cache's hooks: tokens handed out by attach, blocks taken by evict."""
 
     class WatchedPrefixCache:
         def attach(self, base, seq, prompt):
@@ -198,11 +225,17 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
         def evict(self, base, blocks_wanted):
             if watch.reservation is not None:
                 watch.reservation.evictions_asked.append(blocks_wanted)
-            refs = rules.pool_refs(self.cache, watch.where())
+            refs = engine_reads.pool_refs(self.cache, watch.where())
             result = base(blocks_wanted)
             with blamed():  # notebook 05's evict: no stage of this notebook runs it
                 rules.expect_eviction(watch.where(), self.cache, refs)
             return result
+
+    return WatchedPrefixCache
+
+
+def _engine_hooks(watch: Watch) -> type:
+    """The engine's hooks: add_request, step() and its three phases, each applying its stage's rules."""
 
     class WatchedEngine:
         def add_request(self, base, *args, **kwargs):
@@ -213,24 +246,7 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
                     raise Refused(str(error)) from error
 
         def step(self, base):
-            watch.engine = self
-            watch.phases, watch.kept = [], None
-            watch.step_writes.clear()
-            with blamed():  # the engine's parts, given to its constructor
-                _expect_own_parts(self, watch)
-            held = rules.PrefixHeld.of(self, watch.where())
-            # What escapes step() and no phase's hook claimed: _forward (tested alone in check_engine's
-            # batching part), _advance, and the _fork_samples and _finish it calls.
-            with blamed(FORWARD, ADVANCE, FORK):
-                # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
-                finished = rules.step_outputs(base(), watch.where())
-            with blamed():
-                _expect_own_parts(self, watch)
-            with blamed(ADVANCE, FORK):
-                held.expect_kept(watch.where(), self, "during step()")
-            _expect_step(self, watch)
-            watch.step += 1
-            return finished
+            return _watched_step(self, base, watch)
 
         def _admit(self, base):
             with blamed(ADMISSION):
@@ -257,145 +273,38 @@ def watched(engine_class, cache_class, prefix_class, watch: Watch):
             with blamed(RESERVE, ADMISSION):  # _reserve and _preempt, and the _make_room they call
                 _expect_own_parts(self, watch)
                 watch.phases.append("_reserve")
-                watch.reservation = rules.Reservation(self, plan, watch.where())
+                watch.reservation = Reservation(self, plan, watch.where())
                 held = rules.PrefixHeld.of(self, watch.where())
                 try:
                     kept = base(plan)
                 finally:
                     reservation, watch.reservation = watch.reservation, None
                 held.expect_kept(watch.where(), self, "during _reserve")
-                kept = rules.plan_of(kept, "what _reserve returned", watch.where())
+                kept = engine_reads.plan_of(kept, "what _reserve returned", watch.where())
                 reservation.expect_outcome(watch.where(), self, kept)
                 watch.kept = kept
                 return kept
 
-    def made(hooks: type, learner: Any) -> Any:
-        methods = {name: _kept_failure(watch, method) for name, method in vars(hooks).items()}
-        return subclass(learner, learner.__name__, {n: m for n, m in methods.items() if not n.startswith("__")})
-
-    return made(WatchedEngine, engine_class), made(WatchedCache, cache_class), made(WatchedPrefixCache, prefix_class)
+    return WatchedEngine
 
 
-def _expect_step(engine, watch: Watch) -> None:
-    """After a step: it ran the notebook's phases, computed what it kept, and samples own their outputs."""
-    if watch.phases != ["_admit", "_plan", "_reserve"]:
-        _whole_engine_fails(
-            f"{watch.where()}: the phases of step()",
-            "step() calls self._admit(), self._plan(), self._reserve(plan), in that order, once each",
-            f"called {watch.phases}",
-            "keep the notebook's step(): admit, plan, reserve, forward, advance",
-        )
-    planned = {rules.seq_id(seq, watch.where()): count for seq, count in watch.kept}
-    computed = dict(watch.step_writes)
-    if computed != planned:
-        with blamed(FORWARD):
-            fail(
-                f"{watch.where()}: the forward pass",
-                f"exactly the chunks _reserve kept: {planned}",
-                f"tokens computed per sequence: {computed}",
-                "_forward runs every kept (seq, count) chunk once, and nothing else",
-            )
-    running = rules.queue(engine, "running", watch.where())
-    done = [rules.seq_id(seq, watch.where()) for seq in running if rules.finished(seq, watch.where())]
-    if done:
-        with blamed(ADVANCE, FORK):
-            fail(
-                f"{watch.where()}: after the step, {done} still running",
-                "every sample that reached its max_new_tokens finished: freed and out of `running`",
-                f"{done} in `running` with all their output tokens",
-                "in _advance, after appending a token: if sample.is_finished, self._finish(sample, finished), "
-                "which frees the sample and removes it from `running`",
-            )
-    outputs: dict[int, str] = {}
-    for seq in running:
-        sid = rules.seq_id(seq, watch.where())
-        other = outputs.setdefault(id(seq.output), sid)
-        if other != sid:
-            with blamed(FORK):
-                fail(
-                    f"{watch.where()}: samples {other!r} and {sid!r}",
-                    "each sample with its own output list",
-                    "one list object shared by both: a token appended to one appears in the other",
-                    "a fork is a new Sequence whose output starts as a copy of the parent's (list(...)); "
-                    "copy.copy(seq) copies the object but shares its lists",
-                )
-
-
-def _whole_engine_fails(scenario: str, expected, got, hint: str) -> None:
-    """``fail``, for a rule of step() itself or of _forward: methods no stage check runs."""
+def _watched_step(engine, base, watch: Watch):
+    """One step() of the learner's engine (``base``), its parts and prefix entries kept and its rules applied."""
+    watch.engine = engine
+    watch.phases, watch.kept = [], None
+    watch.step_writes.clear()
+    with blamed():  # the engine's parts, given to its constructor
+        _expect_own_parts(engine, watch)
+    held = rules.PrefixHeld.of(engine, watch.where())
+    # What escapes step() and no phase's hook claimed: _forward (tested alone in check_engine's
+    # batching part), _advance, and the _fork_samples and _finish it calls.
+    with blamed(FORWARD, ADVANCE, FORK):
+        # Read strictly: the check compares these outputs with the solo runs (plain lists of ints).
+        finished = engine_reads.step_outputs(base(), watch.where())
     with blamed():
-        fail(scenario, expected, got, hint)
-
-
-def _verify_write(cache, positions, watch: Watch) -> None:
-    """Positions continue each sequence; their blocks exist and belong to it alone."""
-    where = watch.where()
-    batch = learner_list(cache.batch, "cache.batch", where, learner_key)
-    positions = learner_tensor(positions, "the positions given to the model", where)
-    with torch_unhooked():
-        rows = (positions.expand(len(batch), -1) if positions.ndim == 1 else positions).tolist()
-    if len(rows) != len(batch):
-        with blamed(FORWARD):
-            fail(
-                f"{where}: a forward pass of {len(rows)} row(s)",
-                f"one row per sequence set_batch named: {batch}",
-                f"{len(rows)} row(s) of positions for {len(batch)} sequence(s)",
-                "before each model call, cache.set_batch(the seq_ids of exactly that call's rows, in row order): "
-                "one call per group of chunks of equal length",
-            )
-    size = learner_int(cache.block_size, "cache.block_size", where)
-    tables, lengths, refs = rules.tables(cache, where), rules.lengths(cache, where), rules.pool_refs(cache, where)
-    for row, seq in enumerate(batch):
-        written = learner_int_list(rows[row], f"the positions of {seq!r}", where)
-        cached = lengths[seq]
-        expected = list(range(cached, cached + len(written)))
-        if written != expected:
-            resumed = (
-                f" This sequence was preempted earlier ({watch.readmitted[seq]} time(s)): its blocks were "
-                "freed, so it restarts at position 0 (or where the prefix cache's attach left it)."
-                if watch.readmitted[seq]
-                else ""
-            )
-            # _forward's positions come from num_cached, which _admit, _advance, _preempt and _fork_samples set
-            # (a sample starts at its parent's).
-            with blamed(FORWARD, ADMISSION, ADVANCE, RESERVE, FORK):
-                fail(
-                    f"{watch.where()}: a forward pass wrote sequence {seq!r} at positions {_span(written)}",
-                    f"positions {_span(expected)}: the cache holds {cached} token(s) of {seq!r}, so its next "
-                    f"chunk starts at position {cached}",
-                    f"positions {_span(written)}",
-                    "a chunk of `count` tokens starting at num_cached runs at positions num_cached, num_cached "
-                    f"+ 1, ..., num_cached + count - 1 (the model places and masks tokens by position).{resumed}",
-                )
-        table = tables[seq]
-        if (written[-1] // size) >= len(table):
-            with blamed(RESERVE, FORWARD):  # a chunk not reserved, or one _forward ran longer than planned
-                fail(
-                    f"{watch.where()}: a forward pass wrote sequence {seq!r} up to position {written[-1]}",
-                    f"at least {written[-1] // size + 1} block(s) in its table, reserved before the forward pass",
-                    f"{len(table)} block(s) (room for {len(table) * size} tokens)",
-                    "call cache.reserve(seq_id, count) for every planned chunk before running the model: "
-                    "writes happen inside the forward pass, where running out of blocks can no longer be "
-                    "handled",
-                )
-        for position in written:
-            block = table[position // size]
-            if refs[block] > 1:
-                with blamed(RESERVE, FORK):
-                    fail(
-                        f"{watch.where()}: a forward pass wrote sequence {seq!r} at position {position} into "
-                        f"block {block}",
-                        "a block this sequence owns alone (reserve copies a shared block before a write)",
-                        f"block {block} with reference count {refs[block]}",
-                        "reserve every planned chunk before the forward pass; after a fork, reserve is what "
-                        "copies the shared last block (copy-on-write)",
-                    )
-            watch.writes[(seq, position)] += 1
-        watch.step_writes[seq] += len(written)
-        watch.worked_on.add(seq)
-
-
-def _span(positions: list[int]) -> str:
-    if not positions:
-        return "(none)"
-    return str(positions[0]) if len(positions) == 1 else f"{positions[0]}..{positions[-1]}"
+        _expect_own_parts(engine, watch)
+    with blamed(ADVANCE, FORK):
+        held.expect_kept(watch.where(), engine, "during step()")
+    expect_step(engine, watch)
+    watch.step += 1
+    return finished
