@@ -4,7 +4,9 @@ Notebook 03's cache uses the allocator the learner wrote in notebook 02, and so 
 module reads a notebook file, keeps only the top-level imports, functions, classes and
 constants of its code cells (``NAME = 16``, ``NEG_INF = tl.constexpr(float("-inf"))``: see
 ``is_constant_expression``; never its demos, prints or tests), runs those in a fresh module, and
-hands back the names asked for.
+hands back the names asked for. Reading the cells and the rules of what is kept are
+``notebook_cells``; this module finds the notebook, runs what is kept and chooses between the
+learner's definitions and the published solution.
 
 Where it looks, in order (``find_notebook``):
   1. the folders given in ``search``;
@@ -30,15 +32,32 @@ which implementation it used.
 from __future__ import annotations
 
 import ast
-import json
 import linecache
-import math
 import sys
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["NotebookLoadError", "Unavailable", "find_notebook", "load_definitions", "load_from_notebook"]
+from .notebook_cells import (
+    code_cells,
+    is_constant_expression,
+    is_kept_definition,
+    raw_code_cells,
+    unimplemented_parts,
+    without_magics,
+)
+
+# code_cells, is_constant_expression and is_kept_definition are read from here by running/ (kernel cells).
+__all__ = [
+    "NotebookLoadError",
+    "Unavailable",
+    "code_cells",
+    "find_notebook",
+    "is_constant_expression",
+    "is_kept_definition",
+    "load_definitions",
+    "load_from_notebook",
+]
 
 
 class NotebookLoadError(ImportError):
@@ -86,187 +105,8 @@ def find_published(name: str) -> Path | None:
     return None
 
 
-def _cell_source_without_magics(source: str) -> str:
-    """Blank out IPython-only lines (%magic, !shell) so the cell parses as Python."""
-    kept = []
-    for line in source.splitlines():
-        stripped = line.lstrip()
-        kept.append("" if stripped.startswith(("%", "!")) else line)
-    return "\n".join(kept)
-
-
 # Folders of the notebooks whose definitions are being run right now (innermost last).
 _LOADING_FROM: list[Path] = []
-
-_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _is_literal(node: ast.AST) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False  # TypeError: {[1]: 2}, an unhashable key
-    return True
-
-
-def _is_math_number(name: str) -> bool:
-    """``math.NAME`` is one of math's number constants (pi, e, tau, inf, nan)."""
-    value = getattr(math, name, None) if not name.startswith("_") else None
-    return type(value) in (int, float)
-
-
-def _is_constexpr_callee(node: ast.AST) -> bool:
-    """``constexpr``, ``tl.constexpr``, ``triton.language.constexpr``: a name or a chain of names."""
-    if isinstance(node, ast.Name):
-        return node.id == "constexpr"
-    if not isinstance(node, ast.Attribute) or node.attr != "constexpr":
-        return False
-    node = node.value
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
-def is_constant_expression(node: ast.AST, names_ok: Callable[[str, ast.expr], bool] | None = None) -> bool:
-    """A value a constant may hold (the one rule, for this loader and for a kernel module's validation):
-
-    * a literal (``16``, ``-1e30``, ``"cuda"``, ``(1, 2)``);
-    * ``float("<text>")`` of a string that ``float`` reads (``float("-inf")``);
-    * ``math.NAME`` for one of math's number constants (``math.pi``, ``math.inf``);
-    * ``-`` or ``+`` before a number of those three kinds (``-float("inf")``, ``-math.inf``);
-    * one of those inside Triton's constexpr: ``tl.constexpr(...)``, ``triton.language.constexpr(...)``.
-
-    Nothing else is computed. Here the test is of the text only: ``names_ok(what, node)``, when
-    given, is asked whether each name the value reads is what the text says it is (``what`` is
-    "constexpr" for the wrapper's callee, "float" for the name ``float``, "math" for ``math``);
-    the kernel validation answers from the module's imports. Nothing of ``node`` runs here."""
-    if isinstance(node, ast.Call) and _is_constexpr_callee(node.func) and len(node.args) == 1 and not node.keywords:
-        return _is_plain_constant(node.args[0], names_ok) and (names_ok is None or names_ok("constexpr", node.func))
-    return _is_plain_constant(node, names_ok)
-
-
-def _is_plain_constant(node: ast.AST, names_ok, signed: bool = False) -> bool:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return _is_plain_constant(node.operand, names_ok, signed=True)
-    if _is_literal(node):
-        return not signed or type(ast.literal_eval(node)) in (int, float)
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "float"
-        and len(node.args) == 1
-        and not node.keywords
-        and isinstance(node.args[0], ast.Constant)
-        and type(node.args[0].value) is str
-    ):
-        try:
-            float(node.args[0].value)
-        except ValueError:
-            return False
-        return names_ok is None or names_ok("float", node.func)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math":
-        return _is_math_number(node.attr) and (names_ok is None or names_ok("math", node.value))
-    return False
-
-
-def _is_constant_assignment(node: ast.stmt) -> bool:
-    """NAME = a constant expression (BLOCK_SIZE = 16, NEG_INF = tl.constexpr(float("-inf")), see
-    ``is_constant_expression``): kept, since definitions may refer to it. Any name but a dunder one
-    (``__name__ = ...`` would rename the loaded module)."""
-    if isinstance(node, ast.AnnAssign):
-        targets, value = [node.target], node.value
-    elif isinstance(node, ast.Assign):
-        targets, value = node.targets, node.value
-    else:
-        return False
-    if value is None or not all(isinstance(t, ast.Name) and not t.id.startswith("__") for t in targets):
-        return False
-    return is_constant_expression(value)
-
-
-def _is_earlier_notebook_import(node: ast.stmt) -> bool:
-    """NAME = load_from_notebook(...): kept, so notebook 03 can load 02's allocator in turn."""
-    if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
-        return False
-    func = node.value.func
-    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    return called == "load_from_notebook"
-
-
-def _still_unimplemented(node: ast.AST) -> bool:
-    """True if a function's body (not nested functions) raises NotImplementedError."""
-    for child in ast.walk(node):
-        if isinstance(child, ast.Raise) and child.exc is not None:
-            exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
-            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
-                return True
-    return False
-
-
-def is_kept_definition(node: ast.stmt) -> bool:
-    """A top-level statement ``load_definitions`` runs: an import, a function or class, a constant,
-    or an earlier notebook's name. Nothing else of a notebook runs when its definitions load."""
-    return isinstance(node, _DEFINITIONS) or _is_constant_assignment(node) or _is_earlier_notebook_import(node)
-
-
-def _unimplemented_parts(node: ast.stmt) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return [node.name] if _still_unimplemented(node) else []
-    if isinstance(node, ast.ClassDef):
-        return [
-            f"{node.name}.{item.name}"
-            for item in node.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _still_unimplemented(item)
-        ]
-    return []
-
-
-def code_cells(path: Path) -> list[tuple[int, str]]:
-    """(index among all cells, source with IPython-only lines blanked) of each code cell at ``path``."""
-    return [(index, _cell_source_without_magics(source)) for index, source in _code_cells(path)]
-
-
-def _code_cells(path: Path) -> list[tuple[int, str]]:
-    """(index among all cells, source) of each code cell of the notebook at ``path``.
-
-    Every format is read as plain JSON, never through nbformat: ``nbformat.read`` validates
-    against the schema, and importing that validator (jsonschema's format checkers) costs over a
-    second of CPU in every process that loads a notebook (each grading kernel, each second
-    opinion). Importing nbformat also changes the import system (``six`` appends its importer to
-    ``sys.meta_path``), and the grader's clean run takes any change made while a submission's
-    definitions load for an import hook of the student's. Versions 2 and 3 keep their cells in
-    ``worksheets`` (flattened in order, as nbformat's conversion does) and a code cell's text in
-    ``input``; version 4 (and later) in ``cells`` and ``source``.
-    """
-    with open(path, encoding="utf-8") as handle:
-        notebook = json.load(handle)
-    if not isinstance(notebook, dict) or not isinstance(notebook.get("nbformat"), int):
-        raise ValueError("not a notebook (no nbformat version)")
-    version = notebook["nbformat"]
-    if version in (2, 3):
-        worksheets = notebook.get("worksheets", [])
-        if not isinstance(worksheets, list) or not all(isinstance(sheet, dict) for sheet in worksheets):
-            raise ValueError(f"its 'worksheets' (nbformat {version}) is not a list of worksheets")
-        cells = [cell for sheet in worksheets for cell in sheet.get("cells", [])]
-        text_key = "input"
-    elif version >= 4:
-        cells = notebook.get("cells")
-        text_key = "source"
-    else:
-        raise ValueError(f"nbformat {version} is older than this course reads (2 and later)")
-    if not isinstance(cells, list):
-        raise ValueError("its cells are not a list")
-    found = []
-    for index, cell in enumerate(cells):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell.get(text_key, "")
-        if isinstance(source, list) and all(isinstance(line, str) for line in source):
-            source = "".join(source)
-        if not isinstance(source, str):
-            raise ValueError(f"cell {index} has a source that is not text")
-        found.append((index, source))
-    return found
 
 
 def load_definitions(path: str | Path, module_name: str | None = None) -> types.ModuleType:
@@ -278,23 +118,41 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
     NotImplementedError.
     """
     path = Path(path)
+    cells = _readable_cells(path)
+    module_name = module_name or "learner_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    kept, unimplemented, text = _kept_definitions(path, cells)
+    filename = f"{path} (code cells)"
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+    module.__unimplemented__ = unimplemented
+    sys.modules[module_name] = module
+    _run_definitions(module, kept, path, filename)
+    return module
+
+
+def _readable_cells(path: Path) -> list[tuple[int, str]]:
+    """The notebook's code cells, or a NotebookLoadError that says how to get a readable file back."""
     try:
-        cells = _code_cells(path)
+        return raw_code_cells(path)
     except Exception as error:
         raise NotebookLoadError(
             f"{path} could not be read as a notebook: {error}. Open it in JupyterLab and save it again, or for a "
             "fresh copy rename it and run `make lab` (your other notebooks are left as they are)."
         ) from error
-    module_name = module_name or "learner_" + "".join(c if c.isalnum() else "_" for c in path.stem)
-    module = types.ModuleType(module_name)
-    module.__file__ = str(path)
+
+
+def _kept_definitions(path: Path, cells: list[tuple[int, str]]) -> tuple[list[ast.stmt], list[str], str]:
+    """(the kept top-level statements, the parts still unimplemented, the text of all code cells).
+
+    All code cells, one after another: line numbers and linecache point into this text, so
+    tracebacks show the learner's lines and Triton (which reads a kernel's source) works.
+    """
     unimplemented: list[str] = []
     kept: list[ast.stmt] = []
-    # All code cells, one after another: line numbers and linecache point into this text, so
-    # tracebacks show the learner's lines and Triton (which reads a kernel's source) works.
     cell_sources: list[str] = []
     for index, cell_source in cells:
-        source = _cell_source_without_magics(cell_source)
+        source = without_magics(cell_source)
         try:
             tree = ast.parse(source, filename=f"{path.name}[cell {index}]")
         except SyntaxError as error:
@@ -307,12 +165,13 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
         for node in tree.body:
             if is_kept_definition(node):
                 kept.append(node)
-                unimplemented += _unimplemented_parts(node)
-    filename = f"{path} (code cells)"
-    text = "\n".join(cell_sources) + "\n"
-    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    module.__unimplemented__ = unimplemented
-    sys.modules[module_name] = module
+                unimplemented += unimplemented_parts(node)
+    return kept, unimplemented, "\n".join(cell_sources) + "\n"
+
+
+def _run_definitions(module: types.ModuleType, kept: list[ast.stmt], path: Path, filename: str) -> None:
+    """Run each kept statement in ``module``; on a failure, unregister the module and say which notebook broke."""
+    registered = module.__name__  # before the learner's statements run: one may bind __name__
     # A nested load_from_notebook (03 loading 02) also searches beside this notebook.
     _LOADING_FROM.append(path.parent)
     try:
@@ -326,14 +185,13 @@ def load_definitions(path: str | Path, module_name: str | None = None) -> types.
                 for name in _bound_by(node):
                     module.__dict__[name] = Unavailable(name, path.name, str(error))
     except Exception as error:
-        del sys.modules[module_name]
+        del sys.modules[registered]
         raise NotebookLoadError(
             f"running the definitions of {path.name} failed with {type(error).__name__}: {error}. "
             f"Open {path.name}, run its cells to see where, fix it, save it, then run this cell again."
         ) from error
     finally:
         _LOADING_FROM.pop()
-    return module
 
 
 def _bound_by(node: ast.stmt) -> list[str]:
@@ -409,13 +267,7 @@ def load_from_notebook(
             )
         return _published_definitions(published, wanted, names, reason="you asked for it (use='published')")
     try:
-        path = find_notebook(notebook, search)
-        module = load_definitions(path)
-        missing = [name for name in wanted if not hasattr(module, name)]
-        for name in wanted:
-            value = getattr(module, name, None)
-            if isinstance(value, Unavailable):
-                value()  # raises why it could not be defined
+        path, module, missing = _yours(notebook, search, wanted)
     except NotebookLoadError as error:
         if published is None:
             raise
@@ -428,27 +280,53 @@ def load_from_notebook(
             f"{path.name} defines no `{missing[0]}`. Define it at the top level of a code cell in that "
             "notebook (and keep its name), run that cell, then run this cell again."
         )
+    unfinished = _unfinished_message(path, module, wanted)
+    if unfinished and published is not None:
+        return _published_definitions(published, wanted, names, reason=unfinished)
+    _say_which_is_used(path, wanted, unfinished, allow_unimplemented)
+    return _picked(module, wanted, names)
+
+
+def _yours(notebook: str, search: Iterable[str | Path], wanted: list[str]) -> tuple[Path, types.ModuleType, list[str]]:
+    """(the learner's notebook, its definitions, the wanted names it lacks); a NotebookLoadError if unusable."""
+    path = find_notebook(notebook, search)
+    module = load_definitions(path)
+    missing = [name for name in wanted if not hasattr(module, name)]
+    for name in wanted:
+        value = getattr(module, name, None)
+        if isinstance(value, Unavailable):
+            value()  # raises why it could not be defined
+    return path, module, missing
+
+
+def _unfinished_message(path: Path, module: types.ModuleType, wanted: list[str]) -> str:
+    """What of ``wanted`` still raises NotImplementedError, as a sentence; "" when all is finished."""
     unfinished = [
-        part
-        for name in wanted
-        for part in module.__unimplemented__
-        if part == name or part.startswith(f"{name}.")
+        part for name in wanted for part in module.__unimplemented__ if part == name or part.startswith(f"{name}.")
     ]
-    if unfinished:
-        message = (
-            f"{', '.join(f'`{n}`' for n in wanted)} in {path.name} is not finished: "
-            f"{', '.join(unfinished)} still raise(s) NotImplementedError"
-        )
-        if published is not None:
-            return _published_definitions(published, wanted, names, reason=message)
-        if not allow_unimplemented:
-            raise NotebookLoadError(message + f". Complete {path.stem} first, then come back here.")
-        print(
-            f"note: {message}. Complete {path.stem} first; the checks that use it say so until then. "
-            "(Once the course publishes its solution of that notebook, it is used here instead.)"
-        )
-    else:
+    if not unfinished:
+        return ""
+    return (
+        f"{', '.join(f'`{n}`' for n in wanted)} in {path.name} is not finished: "
+        f"{', '.join(unfinished)} still raise(s) NotImplementedError"
+    )
+
+
+def _say_which_is_used(path: Path, wanted: list[str], unfinished: str, allow_unimplemented: bool) -> None:
+    """Print which implementation is used (yours, or yours unfinished); refuse unfinished work if asked to."""
+    if not unfinished:
         print(f"using your {', '.join(f'`{n}`' for n in wanted)} from {path.name}")
+        return
+    if not allow_unimplemented:
+        raise NotebookLoadError(unfinished + f". Complete {path.stem} first, then come back here.")
+    print(
+        f"note: {unfinished}. Complete {path.stem} first; the checks that use it say so until then. "
+        "(Once the course publishes its solution of that notebook, it is used here instead.)"
+    )
+
+
+def _picked(module: types.ModuleType, wanted: list[str], names: str | Sequence[str]):
+    """One object for one name, else a tuple in the order asked."""
     found = tuple(getattr(module, name) for name in wanted)
     return found[0] if isinstance(names, str) else found
 
@@ -460,5 +338,4 @@ def _published_definitions(path: Path, wanted: list[str], names: str | Sequence[
         raise NotebookLoadError(f"the published {path.name} defines no `{missing[0]}`: ask your instructor.")
     again = "" if "use='published'" in reason else " Yours is used again as soon as it is finished."
     print(f"using the course's published {', '.join(f'`{n}`' for n in wanted)} from {path} ({reason}).{again}")
-    found = tuple(getattr(module, name) for name in wanted)
-    return found[0] if isinstance(names, str) else found
+    return _picked(module, wanted, names)

@@ -19,6 +19,7 @@ import argparse
 from ..checkpoint import tiny_qwen3
 from ..serving import BusyClock, EngineMetrics, ProgressBar, Serving, one_thread
 from ..workloads import serving_workload
+from .equal_memory import check_budget, check_fits
 from .implementation import add_impl_argument, load_impl
 
 
@@ -50,11 +51,7 @@ def compare_engines(
     The static run holds ``slots`` blocks of ``capacity`` tokens; the paged pool gets exactly
     as many token slots: ``slots * capacity / block_size`` blocks of ``block_size``.
     """
-    if slots < 1 or block_size < 1 or capacity % block_size:
-        raise ValueError(
-            f"need slots >= 1, block_size >= 1 and capacity a multiple of block_size; got slots={slots}, "
-            f"capacity={capacity}, block_size={block_size}"
-        )
+    check_budget(slots, block_size, capacity)
     model = tiny_qwen3(seed=0)
     config = model.config
     workload = serving_workload(
@@ -64,25 +61,18 @@ def compare_engines(
         output_range=output_range,
         seed=seed,
     )
-    longest = max(len(r.prompt) + r.max_new_tokens for r in workload)
-    if longest > capacity:
-        raise ValueError(
-            f"the workload's longest request takes {longest} tokens; capacity={capacity} is too small"
-        )
+    check_fits(workload, capacity)
     num_blocks = slots * capacity // block_size
     shape = (config.num_hidden_layers,)
     heads = (config.num_key_value_heads, config.head_dim)
 
     def engine(blocks: int, size: int):
         cache = cache_class(*shape, blocks, size, *heads, device=model.device, dtype=model.dtype)
-        return engine_class(
-            model, cache, prefix_class(cache), chunk_size=chunk_size, max_step_tokens=max_step_tokens
-        )
+        return engine_class(model, cache, prefix_class(cache), chunk_size=chunk_size, max_step_tokens=max_step_tokens)
 
     static, paged = engine(slots, capacity), engine(num_blocks, block_size)
     with one_thread():
         outputs = _serve_interleaved({"static": static, "paged": paged}, workload, progress)
-    s, p = static.metrics.summary(), paged.metrics.summary()
     table = {
         "requests": requests,
         "kv_budget_tokens": slots * capacity,
@@ -90,6 +80,15 @@ def compare_engines(
         "slot_capacity": capacity,
         "paged_blocks": num_blocks,
         "block_size": block_size,
+        **_compared(static.metrics.summary(), paged.metrics.summary()),
+        "outputs_match": outputs["static"] == outputs["paged"],
+    }
+    return table, static.metrics, paged.metrics
+
+
+def _compared(s: dict, p: dict) -> dict[str, float | int]:
+    """The table's measured columns from the static (``s``) and paged (``p``) metrics summaries."""
+    return {
         "static_peak_concurrent": s["peak_running"],
         "paged_peak_concurrent": p["peak_running"],
         "static_tokens_per_second": s["tokens_per_second"],
@@ -104,9 +103,7 @@ def compare_engines(
         "static_mean_ttft_s": s["mean_time_to_first_token_s"],
         "paged_mean_ttft_s": p["mean_time_to_first_token_s"],
         "throughput_ratio": round(p["tokens_per_second"] / s["tokens_per_second"], 2),
-        "outputs_match": outputs["static"] == outputs["paged"],
     }
-    return table, static.metrics, paged.metrics
 
 
 def _serve_interleaved(engines: dict, workload, progress: bool) -> dict[str, dict[str, list[list[int]]]]:
@@ -157,8 +154,7 @@ def format_table(table: dict[str, float | int]) -> str:
     ]
     lines += [f"{name:38}{static:>10}{paged:>10}" for name, static, paged in rows]
     lines.append(
-        f"throughput ratio (paged / static): {table['throughput_ratio']}x; "
-        f"outputs identical: {table['outputs_match']}"
+        f"throughput ratio (paged / static): {table['throughput_ratio']}x; outputs identical: {table['outputs_match']}"
     )
     return "\n".join(lines)
 
@@ -166,15 +162,11 @@ def format_table(table: dict[str, float | int]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_argument(parser)
     parser.add_argument("--requests", type=int, default=48, help="requests in the workload (default 48)")
-    parser.add_argument(
-        "--slots", type=int, default=2, help="static slots; sets the shared KV budget (default 2)"
-    )
+    parser.add_argument("--slots", type=int, default=2, help="static slots; sets the shared KV budget (default 2)")
     parser.add_argument("--capacity", type=int, default=1024, help="tokens per static slot (default 1024)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    parser.add_argument(
-        "--plot", default=None, help="save throughput and memory over time to this image file"
-    )
+    parser.add_argument("--plot", default=None, help="save throughput and memory over time to this image file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

@@ -2,7 +2,7 @@
 
     python run.py gpu-check [--impl DIR] [--out FOLDER] [--budget-s 480]
 
-Each stage runs in a process of its own (``run_stage``), so a stage that raises, crashes the
+Each stage runs in a process of its own (``stage_runner.run_stage``), so a stage that raises, crashes the
 interpreter or hangs past its time limit is recorded as such and the next one still runs. Every
 stage leaves one JSON record: its status (passed, failed, crashed, timeout, skipped), its seconds,
 its figures, and the tail of what it printed. In order (``plan``), within ``--budget-s`` of device
@@ -38,24 +38,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..device import DEVICE, INFO
 from .implementation import COURSE_NOTEBOOKS, add_impl_argument
+from .stage_runner import TIME_BUDGET_S, Stage, run_stage, run_stages
 
 COMMAND = "gpu-check"  # python run.py gpu-check
 
 __all__ = ["Stage", "add_arguments", "evaluate_targets", "plan", "run", "run_stage", "run_stages"]
 
-TIME_BUDGET_S = 8 * 60
 KERNEL_NOTEBOOKS = ("06_triton_warmup", "07_paged_decode_kernel", "09_paged_prefill_kernel")
 # FlashInfer's batch-decode figures span these batch sizes and context lengths; one block size
 # keeps the sweep inside the budget (notebook 07's benchmark sweeps block sizes).
@@ -69,105 +64,6 @@ TARGET_SHARE_OF_PEAK = 0.60
 TARGET_SHARE_FROM_CONTEXT = 4096
 TARGET_FASTER_FROM_CONTEXT = 2048
 INTERPRETER_TIMING = "Triton interpreter timing (the kernels run as Python on the CPU): not a GPU's speed"
-_ROOT = Path(__file__).resolve().parents[2]
-
-
-# -- the stage runner --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage: ``target`` ("module:function") is called in a fresh process with ``kwargs``
-    (JSON values) and returns a JSON-able dict of figures; raising makes the stage failed."""
-
-    name: str
-    target: str
-    kwargs: dict = field(default_factory=dict)
-    timeout_s: float = 120.0
-
-
-# Runs in the stage's own process: import the target, call it, write the record to a file. The
-# record is written only when the call returns or raises, so a missing file means the process died.
-# Its stdout and stderr are files, which Python and C would both buffer by the block: a stage that
-# crashes, calls os._exit or is killed at its limit would lose its last lines, the ones that say
-# why. So Python's streams are unbuffered (``-u``, and PYTHONUNBUFFERED for what the stage starts),
-# C's stdout is unbuffered before anything writes to it (a CUDA printf, a library's message), and
-# faulthandler writes a fatal signal's traceback to stderr.
-_CHILD = r"""
-import faulthandler, sys
-faulthandler.enable()
-try:
-    import ctypes
-    libc = ctypes.CDLL(None)
-    for name in ("stdout", "__stdoutp"):  # glibc and musl, macOS
-        try:
-            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 2, 0)  # 2: _IONBF
-            break
-        except ValueError:
-            pass
-except Exception:  # no C library to reach: Python's own streams are unbuffered all the same
-    pass
-import importlib, json, traceback
-target, kwargs, result_path = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-module_name, _, function_name = target.partition(":")
-try:
-    figures = getattr(importlib.import_module(module_name), function_name)(**kwargs)
-    record = {"status": "passed", "figures": figures}
-except Exception as error:
-    record = {"status": "failed", "error": f"{type(error).__name__}: {error}",
-              "traceback": traceback.format_exc()[-3000:]}
-with open(result_path, "w") as handle:
-    json.dump(record, handle, default=str)
-"""
-
-
-def _tail(path: Path, limit: int = 3000) -> str:
-    return path.read_text(errors="replace")[-limit:] if path.exists() else ""
-
-
-def run_stage(stage: Stage, *, time_left_s: float | None = None, pythonpath: tuple[str, ...] = ()) -> dict:
-    """Run ``stage`` in a child process; its record, whatever happened to the child.
-
-    The time limit is the stage's own, cut to ``time_left_s`` when less is left of the budget; a
-    child past its limit is killed with its process group (everything it started goes too).
-    """
-    limit = stage.timeout_s if time_left_s is None else min(stage.timeout_s, time_left_s)
-    record: dict[str, Any] = {"stage": stage.name}
-    if limit <= 0:
-        return record | {"status": "skipped", "reason": "the time budget was spent before it could start"}
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *pythonpath, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"  # what the stage prints survives its crash (see _CHILD), whatever the caller's env
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as folder:
-        result, out, err = (Path(folder) / name for name in ("record.json", "stdout.txt", "stderr.txt"))
-        command = [sys.executable, "-u", "-c", _CHILD, stage.target, json.dumps(stage.kwargs), str(result)]
-        started = time.perf_counter()
-        with out.open("w") as stdout, err.open("w") as stderr:
-            child = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
-            try:
-                returncode = child.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and what it started
-                child.wait()
-                returncode = None
-        record["seconds"] = round(time.perf_counter() - started, 2)
-        if result.exists():
-            record.update(json.loads(result.read_text()))
-        elif returncode is None:
-            record.update(status="timeout", error=f"still running after {limit:.0f} s: killed")
-        else:
-            record.update(
-                status="crashed", error=f"the stage's process exited with status {returncode} before reporting"
-            )
-        record["printed"] = _tail(out)
-        record["stderr"] = _tail(err)
-    return record
-
-
-def run_stages(stages: list[Stage], budget_s: float = TIME_BUDGET_S, pythonpath: tuple[str, ...] = ()) -> list[dict]:
-    """Every stage in order, each in its own process, within ``budget_s`` seconds in all."""
-    deadline = time.monotonic() + budget_s
-    return [run_stage(stage, time_left_s=deadline - time.monotonic(), pythonpath=pythonpath) for stage in stages]
 
 
 # -- the stages (each runs in its own process) ----------------------------------------------------------
@@ -196,64 +92,75 @@ def stage_compile(impl: str, dtypes: list[str]) -> dict:
     kernel's registers and spills are read at num_warps 4 and 8; on a CPU the kernels are compiled
     for sm_90 by Triton's compiler and run at a tiny shape in the interpreter.
     """
-    import torch
-
-    from ..checks.kernels.paged_attention import TOLERANCES
-    from ..reference import paged_decode_reference, paged_prefill_reference
     from ..running.gpu_compile import record_launches
-    from .kernel import _compiled_warps, _paged_batch
+    from .kernel import _compiled_warps
 
     decode = _load(impl, "07_paged_decode_kernel", "paged_decode_attention")
     prefill = _load(impl, "09_paged_prefill_kernel", "paged_prefill_attention")
-    if _on_gpu():
-        shape = {"batch": 4, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "length": 1000, "block_size": 16}
-        chunk, start = 128, 300
-        major, minor = torch.cuda.get_device_capability(DEVICE)
-        capability = 10 * major + minor
-    else:
-        shape = {"batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 16, "length": 12, "block_size": 4}
-        chunk, start = 5, 6
-        capability = 90
+    shape, chunk, start, capability = _compile_shape()
     figures: dict[str, Any] = {"impl": impl, "device": str(DEVICE), "shape": shape, "by_dtype": {}}
     failures = []
     for name in dtypes:
-        dtype = _dtype(name)
-        q, k_pool, v_pool, tables, lengths = _paged_batch(**shape, dtype=dtype)
-        started = time.perf_counter()
-        out = decode(q, k_pool, v_pool, tables, lengths, shape["block_size"])
-        if DEVICE.type == "cuda":
-            torch.cuda.synchronize()
-        first_call = time.perf_counter() - started
-        expected = paged_decode_reference(
-            q, k_pool, v_pool, tables, lengths, shape["block_size"], compute_dtype=torch.float64
-        )
-        decode_error = float((out.double() - expected).abs().max())
-        chunk_q = torch.randn((chunk, shape["q_heads"], shape["head_dim"]), device=DEVICE).to(dtype)
-        got = prefill(chunk_q, k_pool, v_pool, tables[0], start, shape["block_size"])
-        wanted = paged_prefill_reference(
-            chunk_q, k_pool, v_pool, tables[0], start, shape["block_size"], compute_dtype=torch.float64
-        )
-        prefill_error = float((got.double() - wanted).abs().max())
-        atol, rtol = TOLERANCES[dtype]
-        # The same test as the kernel checks: |error| <= atol + rtol * |expected|, at the worst element.
-        ok = bool(
-            ((out.double() - expected).abs() <= atol + rtol * expected.abs()).all()
-            and ((got.double() - wanted).abs() <= atol + rtol * wanted.abs()).all()
-        )
-        figures["by_dtype"][name] = {
-            "first_decode_call_s": round(first_call, 3),
-            "decode_max_abs_error": decode_error,
-            "prefill_max_abs_error": prefill_error,
-            "within_tolerance": ok,
-        }
-        if not ok:
+        figures["by_dtype"][name], batch = _run_once(decode, prefill, shape, chunk, start, _dtype(name))
+        if not figures["by_dtype"][name]["within_tolerance"]:
             failures.append(name)
-    _, launches = record_launches(decode, (q, k_pool, v_pool, tables, lengths, shape["block_size"]))
+    _, launches = record_launches(decode, (*batch, shape["block_size"]))  # the last dtype's batch
     figures["decode_registers_by_warps"] = {str(w): f for w, f in _compiled_warps(launches, capability).items()}
     figures["compiled_for"] = f"sm_{capability}" + ("" if _on_gpu() else " (Triton's compiler on the CPU, no GPU)")
     if failures or not all(f["ok"] for f in figures["decode_registers_by_warps"].values()):
         raise AssertionError(f"kernels wrong or not compiling: {json.dumps(figures)}")
     return figures
+
+
+def _compile_shape() -> tuple[dict[str, int], int, int, int]:
+    """(the decode batch's shape, the prefill chunk, its start, the compute capability to compile for)."""
+    import torch
+
+    if _on_gpu():
+        shape = {"batch": 4, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "length": 1000, "block_size": 16}
+        major, minor = torch.cuda.get_device_capability(DEVICE)
+        return shape, 128, 300, 10 * major + minor
+    shape = {"batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 16, "length": 12, "block_size": 4}
+    return shape, 5, 6, 90
+
+
+def _run_once(decode, prefill, shape: dict[str, int], chunk: int, start: int, dtype) -> tuple[dict, tuple]:
+    """(the figures of one dtype, the decode batch it ran): each kernel once, against the float64 reference."""
+    import torch
+
+    from ..checks.kernels.paged_attention import TOLERANCES
+    from ..reference import paged_decode_reference, paged_prefill_reference
+    from .kernel import _paged_batch
+
+    q, k_pool, v_pool, tables, lengths = _paged_batch(**shape, dtype=dtype)
+    started = time.perf_counter()
+    out = decode(q, k_pool, v_pool, tables, lengths, shape["block_size"])
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    first_call = time.perf_counter() - started
+    expected = paged_decode_reference(
+        q, k_pool, v_pool, tables, lengths, shape["block_size"], compute_dtype=torch.float64
+    )
+    decode_error = float((out.double() - expected).abs().max())
+    chunk_q = torch.randn((chunk, shape["q_heads"], shape["head_dim"]), device=DEVICE).to(dtype)
+    got = prefill(chunk_q, k_pool, v_pool, tables[0], start, shape["block_size"])
+    wanted = paged_prefill_reference(
+        chunk_q, k_pool, v_pool, tables[0], start, shape["block_size"], compute_dtype=torch.float64
+    )
+    prefill_error = float((got.double() - wanted).abs().max())
+    atol, rtol = TOLERANCES[dtype]
+    # The same test as the kernel checks: |error| <= atol + rtol * |expected|, at the worst element.
+    ok = bool(
+        ((out.double() - expected).abs() <= atol + rtol * expected.abs()).all()
+        and ((got.double() - wanted).abs() <= atol + rtol * wanted.abs()).all()
+    )
+    figures = {
+        "first_decode_call_s": round(first_call, 3),
+        "decode_max_abs_error": decode_error,
+        "prefill_max_abs_error": prefill_error,
+        "within_tolerance": ok,
+    }
+    return figures, (q, k_pool, v_pool, tables, lengths)
 
 
 def stage_kernel_fork_logits(impl: str, dtype: str) -> dict:
@@ -464,69 +371,70 @@ def evaluate_targets(result: dict) -> dict:
 
 def plan(impl: Path) -> list[Stage]:
     """The stages for this machine: the GPU plan with a GPU, else the CPU plan (tiny, interpreted)."""
-    module = __name__
     folders = [str(COURSE_NOTEBOOKS)]
     if Path(impl).expanduser().resolve() != COURSE_NOTEBOOKS.resolve():
         folders.append(str(Path(impl).expanduser()))
     impl_text = folders[-1]
     if _on_gpu():
-        stages = [
-            Stage(
-                f"compile[{'instructor' if f == str(COURSE_NOTEBOOKS) else f}]",
-                f"{module}:stage_compile",
-                {"impl": f, "dtypes": ["bfloat16", "float16"]},
-                90,
-            )
-            for f in folders
-        ]
-        stages += [
-            Stage(
-                "kernel_fork_logits[bfloat16]",
-                f"{module}:stage_kernel_fork_logits",
-                {"impl": impl_text, "dtype": "bfloat16"},
-                60,
-            ),
-            Stage(
-                "engine",
-                f"{module}:stage_engine",
-                {
-                    "impl": impl_text,
-                    "sizes": {
-                        "requests": 32,
-                        "slots": 8,
-                        "capacity": 2048,
-                        "block_size": 16,
-                        "chunk_size": 512,
-                        "max_step_tokens": 2048,
-                        "prompt_range": [256, 1024],
-                        "output_range": [16, 32],
-                        "shared_prefix_tokens": 128,
-                    },
-                },
-                90,
-            ),
-            Stage("bandwidth", f"{module}:stage_bandwidth", {"impl": impl_text, "grid": BANDWIDTH_GRID}, 240),
-            Stage("fork_logits[bfloat16]", f"{module}:stage_fork_logits", {"impl": impl_text, "dtype": "bfloat16"}, 30),
-            Stage("fork_logits[float32]", f"{module}:stage_fork_logits", {"impl": impl_text, "dtype": "float32"}, 30),
-            Stage("checks", f"{module}:stage_checks", {"impl": impl_text}, 120),
-        ]
-        stages += [
-            Stage(f"notebook {n}", f"{module}:stage_notebook", {"impl": impl_text, "notebook": n}, 90)
-            for n in KERNEL_NOTEBOOKS
-        ]
-        return stages
+        return _compile_stages(folders, ["bfloat16", "float16"], 90) + _gpu_stages(impl_text)
     # The CPU plan: the same stages where the interpreter can run them, at tiny shapes. bfloat16
     # cannot run on the kernel path here (the launchers refuse it), so the fork milestone runs in float32.
-    stages = [
+    return _compile_stages(folders, ["float32", "float16"], 300) + _cpu_stages(impl_text)
+
+
+def _compile_stages(folders: list[str], dtypes: list[str], timeout_s: float) -> list[Stage]:
+    """One compile stage per folder of notebooks: the instructor's, then the learner's if another."""
+    return [
         Stage(
             f"compile[{'instructor' if f == str(COURSE_NOTEBOOKS) else f}]",
-            f"{module}:stage_compile",
-            {"impl": f, "dtypes": ["float32", "float16"]},
-            300,
+            f"{__name__}:stage_compile",
+            {"impl": f, "dtypes": dtypes},
+            timeout_s,
         )
         for f in folders
     ]
+
+
+# The GPU plan's engine stage: long prompts, a shared system prompt, a budget of 8 slots of 2048 tokens.
+_GPU_ENGINE_SIZES = {
+    "requests": 32,
+    "slots": 8,
+    "capacity": 2048,
+    "block_size": 16,
+    "chunk_size": 512,
+    "max_step_tokens": 2048,
+    "prompt_range": [256, 1024],
+    "output_range": [16, 32],
+    "shared_prefix_tokens": 128,
+}
+
+
+def _gpu_stages(impl_text: str) -> list[Stage]:
+    """The GPU plan after compiling: milestones, engine, bandwidth, the earlier checks, the kernel notebooks."""
+    module = __name__
+    stages = [
+        Stage(
+            "kernel_fork_logits[bfloat16]",
+            f"{module}:stage_kernel_fork_logits",
+            {"impl": impl_text, "dtype": "bfloat16"},
+            60,
+        ),
+        Stage("engine", f"{module}:stage_engine", {"impl": impl_text, "sizes": _GPU_ENGINE_SIZES}, 90),
+        Stage("bandwidth", f"{module}:stage_bandwidth", {"impl": impl_text, "grid": BANDWIDTH_GRID}, 240),
+        Stage("fork_logits[bfloat16]", f"{module}:stage_fork_logits", {"impl": impl_text, "dtype": "bfloat16"}, 30),
+        Stage("fork_logits[float32]", f"{module}:stage_fork_logits", {"impl": impl_text, "dtype": "float32"}, 30),
+        Stage("checks", f"{module}:stage_checks", {"impl": impl_text}, 120),
+    ]
     return stages + [
+        Stage(f"notebook {n}", f"{module}:stage_notebook", {"impl": impl_text, "notebook": n}, 90)
+        for n in KERNEL_NOTEBOOKS
+    ]
+
+
+def _cpu_stages(impl_text: str) -> list[Stage]:
+    """The CPU plan after compiling: the milestones, the engine and the bandwidth grid, tiny and interpreted."""
+    module = __name__
+    return [
         Stage(
             "kernel_fork_logits[float32]",
             f"{module}:stage_kernel_fork_logits",

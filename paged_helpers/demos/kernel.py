@@ -253,30 +253,7 @@ def benchmark(
         for length in context_lengths:
             for block_size in block_sizes:
                 shape = (batch, length, block_size, q_heads, kv_heads, head_dim, dtype)
-                contenders = build_contenders(paged_decode_attention, *shape)
-                facts = _compiled_warps(contenders.kernel_launches, 10 * major + minor)
-                warps, paged_ms = _choose_warps(
-                    lambda w, shape=shape: build_contenders(paged_decode_attention, *shape, num_warps=w), facts
-                )
-                row = {
-                    "batch": batch,
-                    "context": length,
-                    "block_size": block_size,
-                    "max_abs_error_vs_sdpa": contenders.max_abs_error_vs_sdpa,
-                    "num_warps": warps,
-                    "registers": facts[warps]["registers"],
-                    "spill_bytes": facts[warps]["spill_bytes"],
-                }
-                timings = {"paged": paged_ms}
-                timings.update({name: _time_ms(contenders.timed[name]) for name in ("gather", "sdpa")})
-                for name, ms in timings.items():
-                    gbs = contenders.kv_bytes / (ms * 1e-3) / 1e9
-                    row[f"{name}_ms"] = round(ms, 4)
-                    row[f"{name}_GBs"] = round(gbs, 1)
-                    if peak:
-                        row[f"{name}_of_peak"] = round(gbs / peak, 3)
-                rows.append(row)
-                del contenders
+                rows.append(_measured_row(paged_decode_attention, shape, 10 * major + minor, peak))
                 torch.cuda.empty_cache()
     return {
         "device": torch.cuda.get_device_name(DEVICE),
@@ -295,6 +272,32 @@ def benchmark(
         "l2_flush": l2_flush(),
         "rows": rows,
     }
+
+
+def _measured_row(paged_decode_attention: Callable, shape: tuple, capability: int, peak: float | None) -> dict:
+    """One shape's row: the kernel at its fastest num_warps, the gather path and SDPA, in ms, GB/s and share of peak."""
+    batch, length, block_size = shape[:3]
+    contenders = build_contenders(paged_decode_attention, *shape)
+    facts = _compiled_warps(contenders.kernel_launches, capability)
+    warps, paged_ms = _choose_warps(lambda w: build_contenders(paged_decode_attention, *shape, num_warps=w), facts)
+    row = {
+        "batch": batch,
+        "context": length,
+        "block_size": block_size,
+        "max_abs_error_vs_sdpa": contenders.max_abs_error_vs_sdpa,
+        "num_warps": warps,
+        "registers": facts[warps]["registers"],
+        "spill_bytes": facts[warps]["spill_bytes"],
+    }
+    timings = {"paged": paged_ms}
+    timings.update({name: _time_ms(contenders.timed[name]) for name in ("gather", "sdpa")})
+    for name, ms in timings.items():
+        gbs = contenders.kv_bytes / (ms * 1e-3) / 1e9
+        row[f"{name}_ms"] = round(ms, 4)
+        row[f"{name}_GBs"] = round(gbs, 1)
+        if peak:
+            row[f"{name}_of_peak"] = round(gbs / peak, 3)
+    return row
 
 
 def format_result(result: dict) -> str:

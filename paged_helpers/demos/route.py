@@ -26,6 +26,9 @@ the replicas' KV events, GPU only); stale events (the same router deaf to "remov
 replica. With host tiers, also tier-aware (the learner's ``TierAwareRouter``: events of both media, a
 host block credited 0.8 of a GPU block).
 
+The simulation itself (replicas, rounds, what a router hears) is ``routed_fleet``; this module holds
+the policies, the workloads, the comparison and its tables.
+
 Per policy and replica count: hit rate (prompt tokens found in the chosen replica's cache, GPU or
 host / prompt tokens), prefill tokens, time to first token from the stated cost model
 (``demos/cost_model.py``: a replica prefills a round's requests one after another; a request's TTFT is
@@ -36,23 +39,23 @@ mean and 90th percentile, and load imbalance (the busiest replica's prefill toke
 from __future__ import annotations
 
 import argparse
-import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks.tiers.keys import chain_keys, chain_step, root_digest, seeded_root
 from ..workloads import ChatWorkload, multi_turn_chats, random_tokens, trace_chats
 from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
 from .cost_model import COST_MODEL, CostModel, cost_model_from
 from .implementation import load_impl
-from .prompt_counts import PromptCounts
-from .radix import RadixServer
-from .tiers import TieredServer
+from .routed_fleet import (  # noqa: F401 (the tests read the simulation's names here)
+    BOOKKEEPING_SHAPE,
+    Policy,
+    RouteRun,
+    block_keys,
+    serve_routed,
+    tree_keys,
+)
 
 REPLICA_COUNTS = (1, 2, 4, 8)
-BOOKKEEPING_SHAPE = {"layers": 1, "kv_heads": 1, "head_dim": 1}
 TTL_ROUNDS = 4  # the approximate router's time to live, in rounds (Dynamo's default is 120 s)
 
 ROUND_ROBIN, LEAST_LOADED, SESSION = "round robin", "least loaded", "session affinity"
@@ -144,16 +147,6 @@ def approximate(CacheAwareRouter: Any, ttl_rounds: int = TTL_ROUNDS) -> type:  #
     return Approximate
 
 
-@dataclass(frozen=True)
-class Policy:
-    """How to make a router for ``replicas`` replicas, and what it hears: "GPU" events only, "all"
-    events (both media), or none. ``seeded``: each replica hashes its blocks from its own root."""
-
-    make: Callable[[int], Any]
-    hears: str = "GPU"
-    seeded: bool = False
-
-
 def policies(classes: dict[str, Any], overlap_weight: float, ttl_rounds: int = TTL_ROUNDS) -> dict[str, Policy]:
     """Every policy by name, made from the learner's classes in ``classes`` (``CacheAwareRouter``, and
     ``TierAwareRouter`` for the tier-aware one)."""
@@ -172,165 +165,7 @@ def policies(classes: dict[str, Any], overlap_weight: float, ttl_rounds: int = T
     return found
 
 
-# --- replicas -------------------------------------------------------------------------------------------
-def tree_keys(radix: Any, root: bytes | None = None) -> set[str]:
-    """The key of every block in a radix tree (edges of whole blocks), chained from ``root``."""
-    size, found = radix.block_size, set()
-    stack = [(radix.root, root_digest() if root is None else root)]
-    while stack:
-        node, parent = stack.pop()
-        for child in node.children.values():
-            digest, tokens = parent, list(child.tokens)
-            for index in range(len(child.blocks)):
-                digest = chain_step(digest, tokens[index * size : (index + 1) * size])
-                found.add(digest.hex())
-            stack.append((child, digest))
-    return found
-
-
-def block_keys(tokens: list[int], size: int) -> list[str]:
-    """A request's keys as the router computes them (notebook 05's chain, as hex)."""
-    return chain_keys(tokens, size)
-
-
-class Replica:
-    """One replica: its server (notebook 10's tree, or notebook 11's tiered cache) and what it last
-    reported, per medium. ``events()`` gives the changes since then as KV events."""
-
-    def __init__(self, classes: dict[str, Any], blocks: int, block_size: int, host_blocks: int, root: Any) -> None:
-        cache = classes["PagedKVCache"](num_blocks=blocks, block_size=block_size, **BOOKKEEPING_SHAPE)
-        if host_blocks:
-            tiered = classes["TieredRadixCache"](cache, host_blocks, "write-back")
-            self.server: Any = TieredServer(tiered, cache)
-        else:
-            self.server = RadixServer(classes["RadixCache"], cache)
-        self.cache, self.root, self.host = cache, root, bool(host_blocks)
-        self.known: dict[str, set] = {"GPU": set(), "CPU": set()}
-
-    def holds(self) -> dict[str, set]:
-        held = {"GPU": tree_keys(self.server.radix, self.root), "CPU": set()}
-        if self.host:  # the learner's host entries, keyed by 05's chain (a seeded replica has no host)
-            held["CPU"] = set(self.server.tiered.host_entries)
-        return held
-
-    def events(self) -> list[tuple[str, list, str]]:
-        now, found = self.holds(), []
-        for medium in ("GPU", "CPU"):
-            gone, new = self.known[medium] - now[medium], now[medium] - self.known[medium]
-            if gone:
-                found.append(("removed", sorted(gone), medium))
-            if new:
-                found.append(("stored", sorted(new), medium))
-        self.known = now
-        return found
-
-
-@dataclass
-class RouteRun(PromptCounts):
-    """What one policy did with one replica count."""
-
-    policy: str
-    replicas: int
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    host_tokens: int = 0  # of cached_tokens, those loaded back from a host tier
-    prefill_by_replica: list[int] = field(default_factory=list)
-    ttft_s: list[float] = field(default_factory=list, repr=False)
-    rounds: int = 0
-    final_holds: list[dict[str, set]] = field(default_factory=list, repr=False)  # each replica's keys at the end
-
-    @property
-    def imbalance(self) -> float:
-        mean = sum(self.prefill_by_replica) / len(self.prefill_by_replica)
-        return max(self.prefill_by_replica) / mean if mean else 1.0
-
-    def ttft_ms(self, quantile: float | None = None) -> float:
-        if not self.ttft_s:
-            return 0.0
-        if quantile is None:
-            return 1e3 * sum(self.ttft_s) / len(self.ttft_s)
-        ordered = sorted(self.ttft_s)
-        return 1e3 * ordered[min(len(ordered) - 1, math.ceil(quantile * len(ordered)) - 1)]
-
-
-def serve_routed(
-    workload: ChatWorkload,
-    classes: dict[str, Any],
-    policy: Policy,
-    run: RouteRun,
-    blocks: int,
-    block_size: int,
-    batch: int,
-    cost: CostModel = COST_MODEL,
-    seed: int = 0,
-    host_blocks: int = 0,
-) -> RouteRun:
-    """Serve every session of ``workload`` on ``run.replicas`` replicas routed by ``policy``."""
-    replicas = run.replicas
-    router = policy.make(replicas)
-    arrivals = random.Random(seed)  # drawn up front: every policy sees the same arrivals
-    think = [[arrivals.randrange(3) for _ in chat] for chat in workload.turns]  # rounds a user reads, then types
-    fleet = [
-        Replica(classes, blocks, block_size, host_blocks, seeded_root(f"{seed}/{r}") if policy.seeded else None)
-        for r in range(replicas)
-    ]
-    run.prefill_by_replica = [0] * replicas
-    sessions = len(workload.turns)
-    next_turn, ready_at = [0] * sessions, [0] * sessions
-    order = list(range(sessions))  # arrival order within a round, drawn each round
-    round_number = 0
-
-    def report(replica: int) -> None:
-        for kind, keys, medium in fleet[replica].events():
-            if policy.hears == "all":
-                router.on_event(replica, kind, keys, medium)
-            elif policy.hears == "GPU" and medium == "GPU":
-                router.on_event(replica, kind, keys)
-
-    while any(turn < len(chat) for turn, chat in zip(next_turn, workload.turns, strict=True)):
-        if hasattr(router, "tick"):
-            router.tick(round_number)
-        random.Random(f"{seed}/{round_number}").shuffle(order)  # who arrives first within a round
-        waiting = sorted(
-            (c for c in range(sessions) if next_turn[c] < len(workload.turns[c]) and ready_at[c] <= round_number),
-            key=lambda c: (ready_at[c], order[c]),
-        )
-        running: list[tuple[int, str]] = []
-        clock = [0.0] * replicas  # prefill seconds spent by each replica this round
-        for c in waiting[: batch * replicas]:
-            prompt, seq = workload.turns[c][next_turn[c]], f"chat{c}-turn{next_turn[c]}"
-            decode = [sum(len(fleet[r].cache.tables[s]) for rr, s in running if rr == r) for r in range(replicas)]
-            keys = block_keys(prompt[:-1], block_size)
-            replica = router.place(c, keys, decode) if hasattr(router, "place") else router.choose(keys, decode)
-            server = fleet[replica].server
-            reused = server.start(seq, prompt)
-            if reused is None:  # that replica's pool is full of running requests: wait for the next round
-                report(replica)
-                continue
-            server.cache.lengths[seq] = len(prompt)  # what the forward pass would have written
-            server.prefilled(seq, prompt)
-            report(replica)
-            computed = len(prompt) - reused
-            clock[replica] += cost.prefill_s(computed)
-            run.ttft_s.append(clock[replica])
-            run.prompt_tokens += len(prompt)
-            run.cached_tokens += reused
-            if host_blocks:
-                run.host_tokens += server.reused[seq][1]
-            run.prefill_by_replica[replica] += computed
-            running.append((replica, seq))
-            next_turn[c] += 1
-            ready_at[c] = round_number + 1 + think[c][next_turn[c] - 1]
-        if not running and not any(ready_at[c] > round_number for c in range(sessions)):
-            raise RuntimeError(f"round {round_number}: no request fits in an empty pool; give the replicas more blocks")
-        for replica, seq in running:
-            fleet[replica].server.finish(seq)
-        round_number += 1
-    run.rounds = round_number
-    run.final_holds = [replica.holds() for replica in fleet]
-    return run
-
-
+# --- the runs -----------------------------------------------------------------------------------------
 def default_blocks(workload: ChatWorkload, block_size: int) -> int:
     """48 blocks, or twice the longest prompt's blocks if that is more (every request must fit)."""
     longest = max(len(prompt) for chat in workload.turns for prompt in chat)

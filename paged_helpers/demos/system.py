@@ -21,6 +21,7 @@ The classes come from the notebooks in ``--impl`` (default: the course's noteboo
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from ..checkpoint import tiny_qwen3
@@ -28,6 +29,7 @@ from ..device import DEVICE
 from ..model import PagedAttention
 from ..serving import BusyClock, EngineMetrics, Serving, one_thread
 from ..workloads import serving_workload
+from .equal_memory import check_budget, check_fits
 from .implementation import add_impl_argument, load_impl
 
 COMMAND = "system"
@@ -101,11 +103,7 @@ def ablation(
     arrival_every: int = 1,
 ) -> dict[str, Any]:
     """Serve one workload on the four rows of ``ROWS`` at one budget; returns the table as a dict."""
-    if slots < 1 or block_size < 1 or capacity % block_size:
-        raise ValueError(
-            f"need slots >= 1, block_size >= 1 and capacity a multiple of block_size; got slots={slots}, "
-            f"capacity={capacity}, block_size={block_size}"
-        )
+    check_budget(slots, block_size, capacity)
     model = tiny_qwen3(seed=0)
     config = model.config
     workload = serving_workload(
@@ -118,11 +116,9 @@ def ablation(
         arrival_every=arrival_every,
         seed=seed,
     )
-    longest = max(len(r.prompt) + r.max_new_tokens for r in workload)
-    if longest > capacity:
-        raise ValueError(f"the workload's longest request takes {longest} tokens; capacity={capacity} is too small")
+    check_fits(workload, capacity)
     budget = slots * capacity
-    kernels = PagedAttention(decode=decode, prefill=prefill)
+    rig = _Rig(model, PagedAttention(decode=decode, prefill=prefill), engine_class, cache_class, prefix_class)
     layout = {"static slots": (slots, capacity)}
     layout.update({row: (budget // block_size, block_size) for row in ROWS[1:]})
 
@@ -130,41 +126,12 @@ def ablation(
     outputs = {}
     for row in ROWS:
         blocks, size = layout[row]
-        cache = cache_class(
-            config.num_hidden_layers,
-            blocks,
-            size,
-            config.num_key_value_heads,
-            config.head_dim,
-            device=model.device,
-            dtype=model.dtype,
-        )
-        prefix = NoPrefixCache(cache) if row == "paged" else prefix_class(cache)
-        runner = _OnKernels(model, kernels) if row.endswith("kernels") else model
-        engine = engine_class(runner, cache, prefix, chunk_size=chunk_size, max_step_tokens=max_step_tokens)
-        clock = BusyClock()
-        engine.metrics = EngineMetrics(clock=clock)
-        serving = Serving(engine, workload)
-        held_used = []
-        with one_thread():
-            while not serving.done:
-                with clock:
-                    serving.step()
-                held_used.append(kv_reading(cache, size))
-        summary = engine.metrics.summary()
-        peak_held, used_at_peak = max(held_used, key=lambda pair: pair[0], default=(0, 0))
-        busy = [(held, used) for held, used in held_used if held]
-        outputs[row] = serving.outputs
+        engine, cache = rig.engine(row, blocks, size, chunk_size=chunk_size, max_step_tokens=max_step_tokens)
+        figures, outputs[row] = _serve_row(engine, cache, size, workload)
         rows[row] = {
             "blocks": blocks,
             "block_size": size,
-            "tokens_per_second": summary["tokens_per_second"],
-            "seconds": summary["seconds"],
-            "peak_concurrent": summary["peak_running"],
-            "peak_kv_held_tokens": peak_held,
-            "kv_used_at_peak_tokens": used_at_peak,
-            "mean_kv_utilisation": round(sum(u / h for h, u in busy) / len(busy), 3) if busy else 0.0,
-            "prefill_tokens_saved": summary["prefill_tokens_saved"],
+            **figures,
             "outputs_match_static": outputs[row] == outputs["static slots"],
         }
     interpreted = DEVICE.type != "cuda"
@@ -176,6 +143,60 @@ def ablation(
         "rows": rows,
         "outputs_identical": all(row["outputs_match_static"] for row in rows.values()),
     }
+
+
+@dataclass(frozen=True)
+class _Rig:
+    """What every row shares: the model, the learner's kernels and classes; a row differs only in its switches."""
+
+    model: Any
+    kernels: PagedAttention
+    engine_class: Any
+    cache_class: Any
+    prefix_class: Any
+
+    def engine(self, row: str, blocks: int, size: int, *, chunk_size: int, max_step_tokens: int) -> tuple[Any, Any]:
+        """(the learner's engine, its cache) for ``row``: ``blocks`` blocks of ``size`` tokens, its switches set."""
+        config = self.model.config
+        cache = self.cache_class(
+            config.num_hidden_layers,
+            blocks,
+            size,
+            config.num_key_value_heads,
+            config.head_dim,
+            device=self.model.device,
+            dtype=self.model.dtype,
+        )
+        prefix = NoPrefixCache(cache) if row == "paged" else self.prefix_class(cache)
+        runner = _OnKernels(self.model, self.kernels) if row.endswith("kernels") else self.model
+        engine = self.engine_class(runner, cache, prefix, chunk_size=chunk_size, max_step_tokens=max_step_tokens)
+        return engine, cache
+
+
+def _serve_row(engine: Any, cache: Any, size: int, workload: Any) -> tuple[dict[str, Any], Any]:
+    """(the row's figures, its outputs): the workload served to the end, KV memory read after every step."""
+    clock = BusyClock()
+    engine.metrics = EngineMetrics(clock=clock)
+    serving = Serving(engine, workload)
+    held_used = []
+    with one_thread():
+        while not serving.done:
+            with clock:
+                serving.step()
+            held_used.append(kv_reading(cache, size))
+    summary = engine.metrics.summary()
+    peak_held, used_at_peak = max(held_used, key=lambda pair: pair[0], default=(0, 0))
+    busy = [(held, used) for held, used in held_used if held]
+    figures = {
+        "tokens_per_second": summary["tokens_per_second"],
+        "seconds": summary["seconds"],
+        "peak_concurrent": summary["peak_running"],
+        "peak_kv_held_tokens": peak_held,
+        "kv_used_at_peak_tokens": used_at_peak,
+        "mean_kv_utilisation": round(sum(u / h for h, u in busy) / len(busy), 3) if busy else 0.0,
+        "prefill_tokens_saved": summary["prefill_tokens_saved"],
+    }
+    return figures, serving.outputs
 
 
 def format_table(result: dict[str, Any]) -> str:

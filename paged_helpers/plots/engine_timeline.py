@@ -83,26 +83,9 @@ def plot_engine_timelines(metrics_by_name: dict, budget_tokens: int | None = Non
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
     spans = [m.timeline[-1].time - m.timeline[0].time for m in metrics_by_name.values() if len(m.timeline) > 1]
     bin_seconds = max(spans, default=0) / HELD_BINS or 1.0
-    engines = []
-    for name, metrics in metrics_by_name.items():
-        timeline = metrics.timeline
-        times, rates = rolling_throughput(timeline, window_steps)
-        label = f"{name}: {metrics.summary()['tokens_per_second']:.0f} tokens/s overall"
-        color = top.plot(times, rates, label=label)[0].get_color()
-        engines.append(Line2D([], [], color=color, linewidth=2, label=label))
-        edges, means, lows, highs = held_over_time(timeline, bin_seconds)
-        if means:
-            bottom.fill_between(
-                edges, lows + lows[-1:], highs + highs[-1:], step="post", color=color, alpha=0.2, linewidth=0
-            )
-            bottom.stairs(means, edges, baseline=None, color=color, linewidth=1.8)
-        bottom.step(
-            [r.time for r in timeline],
-            [r.kv_tokens_stored for r in timeline],
-            where="post",
-            color=color,
-            linestyle=":",
-        )
+    engines = [
+        _draw_engine(top, bottom, name, metrics, window_steps, bin_seconds) for name, metrics in metrics_by_name.items()
+    ]
     ink = "#333333"
     styles = [
         (Patch(facecolor=ink, alpha=0.2, linewidth=0), Line2D([], [], color=ink, linewidth=1.8)),
@@ -130,6 +113,31 @@ def plot_engine_timelines(metrics_by_name: dict, budget_tokens: int | None = Non
         frameon=False,
     )
     return figure
+
+
+def _draw_engine(top, bottom, name: str, metrics, window_steps: int, bin_seconds: float):
+    """One engine in both panels (throughput; memory held per bin, and stored); returns its legend line."""
+    from matplotlib.lines import Line2D
+
+    timeline = metrics.timeline
+    times, rates = rolling_throughput(timeline, window_steps)
+    label = f"{name}: {metrics.summary()['tokens_per_second']:.0f} tokens/s overall"
+    color = top.plot(times, rates, label=label)[0].get_color()
+    line = Line2D([], [], color=color, linewidth=2, label=label)
+    edges, means, lows, highs = held_over_time(timeline, bin_seconds)
+    if means:
+        bottom.fill_between(
+            edges, lows + lows[-1:], highs + highs[-1:], step="post", color=color, alpha=0.2, linewidth=0
+        )
+        bottom.stairs(means, edges, baseline=None, color=color, linewidth=1.8)
+    bottom.step(
+        [r.time for r in timeline],
+        [r.kv_tokens_stored for r in timeline],
+        where="post",
+        color=color,
+        linestyle=":",
+    )
+    return line
 
 
 def _duration(seconds: float) -> str:

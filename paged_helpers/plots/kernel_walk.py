@@ -16,6 +16,7 @@ block 0, the block the padding entries name.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 __all__ = [
     "MASK_MEANINGS",
@@ -65,9 +66,47 @@ def plot_kernel_walk(
     of the pool (default: just enough for the table's real entries).
     """
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
-    from matplotlib.patches import FancyArrowPatch, Rectangle
 
     table = [int(block) for block in block_table]
+    used, num_blocks = _walk_sizes(table, length, block_size, num_blocks)
+    owner = {logical: split for split, blocks in enumerate(split_ranges(used, splits)) for logical in blocks}
+    width = max(len(table), num_blocks)
+    fig, ax = plt.subplots(figsize=(min(0.2 + _COLUMN_INCHES * (width + 1.2), 14), 3.4))
+    rows = _Rows()  # one row of texts each, fitted to their columns at the end
+    _draw_sequence(ax, rows, used, length, block_size, owner)
+    _draw_padding(ax, rows, table, used)
+    _draw_pool(ax, table, used, num_blocks, owner)
+    _draw_reads(ax, rows, table, used, owner, splits)
+    ax.text(-0.2, _TOP + _HEIGHT / 2, "sequence", ha="right", va="center", fontsize=9)
+    ax.text(-0.2, _BOTTOM + _HEIGHT / 2, "pool", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-1.1, width + 0.1)
+    ax.set_ylim(-0.6, _TOP + _HEIGHT + 0.5)
+    ax.axis("off")
+    if title is None:
+        who = "one program" if splits == 1 else f"{splits} programs (one per split; colour = split)"
+        title = f"{who} reading a {length}-token sequence, blocks of {block_size}"
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    for row in (rows.names, rows.steps, rows.labels):
+        _fit_row(fig, row)
+    return fig
+
+
+# Rows of the walk: the sequence (logical blocks) on top, the pool (physical blocks) below.
+_TOP, _BOTTOM, _HEIGHT = 2.2, 0.0, 0.8
+
+
+@dataclass
+class _Rows:
+    """The walk's three rows of texts, left to right: block names, texts inside blocks, arrow labels."""
+
+    names: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    labels: list = field(default_factory=list)
+
+
+def _walk_sizes(table: list[int], length: int, block_size: int, num_blocks: int | None) -> tuple[int, int]:
+    """(logical blocks the length needs, the pool's size), refusing a table that does not fit them."""
     if length < 1:
         raise ValueError(f"length must be at least 1, got {length}")
     if block_size < 1:
@@ -78,40 +117,45 @@ def plot_kernel_walk(
     num_blocks = num_blocks if num_blocks is not None else max(table[:used]) + 1
     if max(table[:used]) >= num_blocks:
         raise ValueError(f"block_table names block {max(table[:used])} but the pool has {num_blocks} blocks")
+    return used, num_blocks
 
-    names, steps, labels = [], [], []  # one row of texts each, fitted to their columns at the end
-    owner = {}
-    for split, blocks in enumerate(split_ranges(used, splits)):
-        for logical in blocks:
-            owner[logical] = split
 
-    width = max(len(table), num_blocks)
-    fig, ax = plt.subplots(figsize=(min(0.2 + _COLUMN_INCHES * (width + 1.2), 14), 3.4))
-    top, bottom, height = 2.2, 0.0, 0.8
+def _draw_sequence(ax, rows: _Rows, used: int, length: int, block_size: int, owner: dict[int, int]) -> None:
+    """The logical blocks the kernel reads, in their split's colour; the last one's masked tail hatched."""
+    from matplotlib.patches import Rectangle
+
     for logical in range(used):
         filled = min(block_size, length - logical * block_size) / block_size
         colour = _COLOURS[owner[logical] % len(_COLOURS)]
-        ax.add_patch(Rectangle((logical, top), 0.9 * filled, height, color=colour, alpha=0.8))
+        ax.add_patch(Rectangle((logical, _TOP), 0.9 * filled, _HEIGHT, color=colour, alpha=0.8))
         if filled < 1:  # the masked tail of the last block
             ax.add_patch(
                 Rectangle(
-                    (logical + 0.9 * filled, top),
+                    (logical + 0.9 * filled, _TOP),
                     0.9 * (1 - filled),
-                    height,
+                    _HEIGHT,
                     fill=False,
                     hatch="//",
                     ec="grey",
                 )
             )
-        names.append(ax.text(logical + 0.45, top + height + 0.1, f"logical {logical}", ha="center", fontsize=8))
-    for entry in range(used, len(table)):  # padding: in the row, never read (the length stops the loop)
-        ax.add_patch(Rectangle((entry, top), 0.9, height, fc=_PADDING, ec="grey", hatch="..", lw=0.6, ls="--"))
-        names.append(ax.text(entry + 0.45, top + height + 0.1, f"entry {entry}", ha="center", fontsize=8, color="grey"))
-        steps.append(_inside(ax, entry + 0.45, top + height / 2, "padding", color="#555555"))
-        labels.append(
+        rows.names.append(ax.text(logical + 0.45, _TOP + _HEIGHT + 0.1, f"logical {logical}", ha="center", fontsize=8))
+
+
+def _draw_padding(ax, rows: _Rows, table: list[int], used: int) -> None:
+    """The table's entries past the sequence's blocks: in the row, never read (the length stops the loop)."""
+    from matplotlib.patches import Rectangle
+
+    for entry in range(used, len(table)):
+        ax.add_patch(Rectangle((entry, _TOP), 0.9, _HEIGHT, fc=_PADDING, ec="grey", hatch="..", lw=0.6, ls="--"))
+        rows.names.append(
+            ax.text(entry + 0.45, _TOP + _HEIGHT + 0.1, f"entry {entry}", ha="center", fontsize=8, color="grey")
+        )
+        rows.steps.append(_inside(ax, entry + 0.45, _TOP + _HEIGHT / 2, "padding", color="#555555"))
+        rows.labels.append(
             ax.text(
                 entry + 0.45,
-                top - _LABEL_GAP,
+                _TOP - _LABEL_GAP,
                 f"not read\ntable[{entry}] = {table[entry]}",
                 gid="padding",
                 fontsize=8,
@@ -121,23 +165,37 @@ def plot_kernel_walk(
                 bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "grey", "lw": 0.6, "ls": "--"},
             )
         )
+
+
+def _draw_pool(ax, table: list[int], used: int, num_blocks: int, owner: dict[int, int]) -> None:
+    """The physical blocks: coloured where a logical block reads them, hatched where padding names them."""
+    from matplotlib.patches import Rectangle
+
     physical_of = {table[logical]: logical for logical in range(used)}
     padding_targets = {table[entry] for entry in range(used, len(table))} - set(physical_of)
     for physical in range(num_blocks):
         logical = physical_of.get(physical)
         colour = _COLOURS[owner[logical] % len(_COLOURS)] if logical is not None else "#EEEEEE"
-        ax.add_patch(Rectangle((physical, bottom), 0.9, height, color=colour, alpha=0.8 if logical is not None else 1))
+        ax.add_patch(
+            Rectangle((physical, _BOTTOM), 0.9, _HEIGHT, color=colour, alpha=0.8 if logical is not None else 1)
+        )
         if physical in padding_targets:  # the block the padding entries name, as they are drawn
-            ax.add_patch(Rectangle((physical, bottom), 0.9, height, fill=False, ec="grey", hatch="..", lw=0.6))
+            ax.add_patch(Rectangle((physical, _BOTTOM), 0.9, _HEIGHT, fill=False, ec="grey", hatch="..", lw=0.6))
         named = f"{physical}: padding" if physical in padding_targets else str(physical)
         ax.text(
             physical + 0.45,
-            bottom - 0.3,
+            _BOTTOM - 0.3,
             named,
             ha="center",
             fontsize=8,
             color="#555555" if physical in padding_targets else "black",
         )
+
+
+def _draw_reads(ax, rows: _Rows, table: list[int], used: int, owner: dict[int, int], splits: int) -> None:
+    """Each logical block's loop step, and its arrow to the physical block, labelled with the table entry."""
+    from matplotlib.patches import FancyArrowPatch
+
     step_in_split: dict[int, int] = {}
     for logical in range(used):
         split = owner[logical]
@@ -145,17 +203,17 @@ def plot_kernel_walk(
         step_in_split[split] = step + 1
         colour = _COLOURS[split % len(_COLOURS)]
         # The loop step, inside the block it reads (0-based, as the loop counts).
-        steps.insert(
+        rows.steps.insert(
             logical,
-            _inside(ax, logical + 0.45, top + height / 2, f"step {step}" if splits == 1 else f"s{split} step {step}"),
+            _inside(ax, logical + 0.45, _TOP + _HEIGHT / 2, f"step {step}" if splits == 1 else f"s{split} step {step}"),
         )
         # The arrow's label sits at its tail, in its logical block's own column, and the arrow starts
         # below it: labels never overlap each other, and no arrow crosses a label.
-        labels.insert(
+        rows.labels.insert(
             logical,
             ax.text(
                 logical + 0.45,
-                top - _LABEL_GAP,
+                _TOP - _LABEL_GAP,
                 f"table[{logical}] = {table[logical]}",
                 fontsize=8,
                 ha="center",
@@ -165,26 +223,13 @@ def plot_kernel_walk(
             ),
         )
         arrow = FancyArrowPatch(
-            (logical + 0.45, top - _ARROW_START),
-            (table[logical] + 0.45, bottom + height),
+            (logical + 0.45, _TOP - _ARROW_START),
+            (table[logical] + 0.45, _BOTTOM + _HEIGHT),
             arrowstyle="-|>",
             mutation_scale=10,
             color=colour,
         )
         ax.add_patch(arrow)
-    ax.text(-0.2, top + height / 2, "sequence", ha="right", va="center", fontsize=9)
-    ax.text(-0.2, bottom + height / 2, "pool", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-1.1, width + 0.1)
-    ax.set_ylim(-0.6, top + height + 0.5)
-    ax.axis("off")
-    if title is None:
-        who = "one program" if splits == 1 else f"{splits} programs (one per split; colour = split)"
-        title = f"{who} reading a {length}-token sequence, blocks of {block_size}"
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    for row in (names, steps, labels):
-        _fit_row(fig, row)
-    return fig
 
 
 def _inside(ax, x: float, y: float, text: str, color: str = "black"):
@@ -265,8 +310,6 @@ def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 
     """
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
     from matplotlib.colors import ListedColormap
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
 
     cells = prefill_mask_cells(start, new_tokens, block_size, tile)
     rows, keys = cells.shape
@@ -282,6 +325,25 @@ def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 
         vmax=3,
         interpolation="nearest",
     )
+    _draw_mask_lines(ax, rows, keys, cell_inches, start, block_size, tile)
+    ax.set_xlim(-0.5, keys - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xlabel("key position")
+    ax.set_ylabel(f"new token t (position {start} + t)")
+    tiles = rows // tile
+    ax.set_title(
+        f"{new_tokens} new tokens after {start} cached ones\n"
+        f"blocks of {block_size} keys, {tiles} tile{'s' if tiles > 1 else ''} of {tile} queries",
+        fontsize=10,
+    )
+    fig.legend(handles=_mask_legend(start, block_size, tile), loc="outside right center", fontsize=9, frameon=False)
+    return fig
+
+
+def _draw_mask_lines(ax, rows: int, keys: int, cell_inches: float, start: int, block_size: int, tile: int) -> None:
+    """The mask's lines: faint cells, black block boundaries, red tiles of queries, the history's dashed end."""
+    from matplotlib.patches import Rectangle
+
     if cell_inches * 72 >= 4:  # a faint line around every (query, key) cell, where cells are big enough
         for x in range(1, keys):
             ax.axvline(x - 0.5, color="#d0d0d0", linewidth=0.4)
@@ -295,16 +357,13 @@ def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 
         spine.set_visible(False)
     if start > 0:
         ax.axvline(start - 0.5, color="#f4a582", linewidth=2, linestyle="--")
-    ax.set_xlim(-0.5, keys - 0.5)
-    ax.set_ylim(rows - 0.5, -0.5)
-    ax.set_xlabel("key position")
-    ax.set_ylabel(f"new token t (position {start} + t)")
-    tiles = rows // tile
-    ax.set_title(
-        f"{new_tokens} new tokens after {start} cached ones\n"
-        f"blocks of {block_size} keys, {tiles} tile{'s' if tiles > 1 else ''} of {tile} queries",
-        fontsize=10,
-    )
+
+
+def _mask_legend(start: int, block_size: int, tile: int) -> list:
+    """One legend entry per colour of the mask, then per kind of line."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles = [
         Patch(facecolor=MASK_COLOURS[k], edgecolor="#888888", label=MASK_MEANINGS[k])
         for k in (HISTORY, CHUNK, MASKED, PADDING)
@@ -315,5 +374,4 @@ def plot_prefill_mask(start: int, new_tokens: int, block_size: int, tile: int = 
     ]
     if start > 0:
         handles.append(Line2D([], [], color="#f4a582", linewidth=2, linestyle="--", label="end of the cached history"))
-    fig.legend(handles=handles, loc="outside right center", fontsize=9, frameon=False)
-    return fig
+    return handles

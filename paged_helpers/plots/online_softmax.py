@@ -79,52 +79,20 @@ def plot_online_softmax(
     blocks = [step.block for step in steps]
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.6))
     (ax_m, ax_l), (ax_acc, ax_out) = axes
-
-    # Scores, coloured by block, and m after each block as a step across the block.
-    for step, colour in zip(steps, colours, strict=True):
-        first = step.block * block_size
-        positions = range(first, min(first + block_size, len(scores)))
-        ax_m.scatter(list(positions), [scores[i] for i in positions], color=colour, zorder=3, s=18)
-        ax_m.hlines(step.m, first - 0.4, positions[-1] + 0.4, color="black", linewidth=2)
-        if first:
-            ax_m.axvline(first - 0.5, color="#DDDDDD", linewidth=1, zorder=0)
-        if step.l_old > 0 and step.alpha == 1:
-            ax_m.text(first + (block_size - 1) / 2, step.m + 0.12, "m stays: α = 1", fontsize=8, ha="center")
-        elif step.l_old > 0:  # m grew: everything summed so far is rescaled
-            ax_m.annotate(
-                f"m grows {step.m_old:g} → {step.m:g}\nα = exp({step.m_old:g} − {step.m:g}) = {step.alpha:.2f}",
-                (first - 0.4, step.m),
-                xytext=(first - 0.4, step.m + 0.55),
-                fontsize=8,
-                ha="center",
-                arrowprops={"arrowstyle": "-", "color": "grey"},
-            )
-    ax_m.set_title("scores s (colour = block) and the running max m (black)", fontsize=10)
-    ax_m.set_xlabel("token position")
-    top = max(scores)
-    ax_m.set_ylim(min(scores) - 0.3, top + 1.4)
-
-    def bars(ax, old, carried, new, label):
-        """Per block: the value before the block (dashed), what survives the rescale, the block's part."""
-        ax.bar(blocks, carried, color=_CARRIED, width=0.6)
-        ax.bar(blocks, new, bottom=carried, color=colours, width=0.6)
-        ax.bar(blocks, old, fill=False, edgecolor="black", linestyle="--", width=0.6)
-        for block, total in zip(blocks, [c + n for c, n in zip(carried, new, strict=True)], strict=True):
-            ax.text(block, total, f"{total:.2f}", ha="center", va="bottom" if total >= 0 else "top", fontsize=8)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_ylim(min(0, *old, *carried) * 1.1, max(*old, *[c + n for c, n in zip(carried, new, strict=True)]) * 1.2)
-        ax.set_xticks(blocks, [f"after block {block}" for block in blocks], fontsize=8)
-        ax.set_title(label, fontsize=10)
-
-    bars(
+    _draw_scores(ax_m, steps, colours, scores, block_size)
+    _draw_bars(
         ax_l,
+        blocks,
+        colours,
         [step.l_old for step in steps],
         [step.l_old * step.alpha for step in steps],
         [step.block_l for step in steps],
         "l = l·α + sum(exp(s − m))",
     )
-    bars(
+    _draw_bars(
         ax_acc,
+        blocks,
+        colours,
         [step.acc_old for step in steps],
         [step.acc_old * step.alpha for step in steps],
         [step.block_acc for step in steps],
@@ -142,15 +110,58 @@ def plot_online_softmax(
         title="bars of l and acc:",
         title_fontsize=8,
     )
-
-    ax_out.plot(blocks, [step.output for step in steps], "o-", color="black")
-    ax_out.axhline(exact, color="#C44E52", linestyle="--", label=f"exact softmax(s)·v = {exact:.3f}")
-    ax_out.set_xticks(blocks, [f"after block {block}" for block in blocks], fontsize=8)
-    ax_out.set_title("acc / l: attention over the tokens read so far", fontsize=10)
-    ax_out.legend(fontsize=8)
+    _draw_outputs(ax_out, blocks, steps, exact)
     fig.suptitle(
         f"online softmax over {len(scores)} tokens in blocks of {block_size}: one program's (m, l, acc)",
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
+
+
+def _draw_scores(ax, steps: list[Step], colours: list[str], scores: Sequence[float], block_size: int) -> None:
+    """Scores, coloured by block, and m after each block as a step across the block; where m grows, alpha."""
+    for step, colour in zip(steps, colours, strict=True):
+        first = step.block * block_size
+        positions = range(first, min(first + block_size, len(scores)))
+        ax.scatter(list(positions), [scores[i] for i in positions], color=colour, zorder=3, s=18)
+        ax.hlines(step.m, first - 0.4, positions[-1] + 0.4, color="black", linewidth=2)
+        if first:
+            ax.axvline(first - 0.5, color="#DDDDDD", linewidth=1, zorder=0)
+        if step.l_old > 0 and step.alpha == 1:
+            ax.text(first + (block_size - 1) / 2, step.m + 0.12, "m stays: α = 1", fontsize=8, ha="center")
+        elif step.l_old > 0:  # m grew: everything summed so far is rescaled
+            ax.annotate(
+                f"m grows {step.m_old:g} → {step.m:g}\nα = exp({step.m_old:g} − {step.m:g}) = {step.alpha:.2f}",
+                (first - 0.4, step.m),
+                xytext=(first - 0.4, step.m + 0.55),
+                fontsize=8,
+                ha="center",
+                arrowprops={"arrowstyle": "-", "color": "grey"},
+            )
+    ax.set_title("scores s (colour = block) and the running max m (black)", fontsize=10)
+    ax.set_xlabel("token position")
+    top = max(scores)
+    ax.set_ylim(min(scores) - 0.3, top + 1.4)
+
+
+def _draw_bars(ax, blocks: list[int], colours: list[str], old, carried, new, label: str) -> None:
+    """Per block: the value before the block (dashed), what survives the rescale, the block's part."""
+    ax.bar(blocks, carried, color=_CARRIED, width=0.6)
+    ax.bar(blocks, new, bottom=carried, color=colours, width=0.6)
+    ax.bar(blocks, old, fill=False, edgecolor="black", linestyle="--", width=0.6)
+    for block, total in zip(blocks, [c + n for c, n in zip(carried, new, strict=True)], strict=True):
+        ax.text(block, total, f"{total:.2f}", ha="center", va="bottom" if total >= 0 else "top", fontsize=8)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylim(min(0, *old, *carried) * 1.1, max(*old, *[c + n for c, n in zip(carried, new, strict=True)]) * 1.2)
+    ax.set_xticks(blocks, [f"after block {block}" for block in blocks], fontsize=8)
+    ax.set_title(label, fontsize=10)
+
+
+def _draw_outputs(ax, blocks: list[int], steps: list[Step], exact: float) -> None:
+    """acc / l after each block, against the exact softmax-weighted sum of the values."""
+    ax.plot(blocks, [step.output for step in steps], "o-", color="black")
+    ax.axhline(exact, color="#C44E52", linestyle="--", label=f"exact softmax(s)·v = {exact:.3f}")
+    ax.set_xticks(blocks, [f"after block {block}" for block in blocks], fontsize=8)
+    ax.set_title("acc / l: attention over the tokens read so far", fontsize=10)
+    ax.legend(fontsize=8)

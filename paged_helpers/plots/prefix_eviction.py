@@ -19,6 +19,7 @@ TAIL_FIRST = "tail first"
 
 # Colours by an entry's fate after the eviction.
 KEPT, DROPPED, STRANDED = "#9ecae1", "#eeeeee", "#fc9272"
+_FATE_COLOURS = {"kept": KEPT, "dropped": DROPPED, "stranded": STRANDED}
 
 
 def entry_fates(order: str, blocks: int = 3, dropped: int = 1) -> tuple[list[int], dict[int, str]]:
@@ -58,43 +59,11 @@ def reusable_tokens(fates: dict[int, str], block_size: int) -> int:
 def plot_eviction_orders(physical: Sequence[int] = (4, 8, 12), block_size: int = 4, dropped: int = 1):
     """Two rows (root first, tail first): the LRU list after ``evict`` dropped ``dropped`` entries."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch
 
-    colours = {"kept": KEPT, "dropped": DROPPED, "stranded": STRANDED}
     figure, axes = plt.subplots(figsize=(7.6, 2.9))
     for row, order in enumerate((ROOT_FIRST, TAIL_FIRST)):
-        lru, fates = entry_fates(order, len(physical), dropped)
-        y = 1.3 * (1 - row)
-        axes.text(-0.2, y + 0.4, f"{order}", ha="right", va="center", fontsize=10, fontweight="bold")
-        for slot, index in enumerate(lru):
-            fate = fates[index]
-            axes.add_patch(
-                Rectangle(
-                    (1.6 * slot, y),
-                    1.4,
-                    0.8,
-                    facecolor=colours[fate],
-                    edgecolor="black",
-                    hatch="//" if fate == "dropped" else None,
-                )
-            )
-            key_end = (index + 1) * block_size
-            axes.text(
-                1.6 * slot + 0.7,
-                y + 0.4,
-                f"prompt[:{key_end}]\nblock {physical[index]}\n{fate}",
-                ha="center",
-                va="center",
-                fontsize=8,
-            )
-        held = sum(fate == "stranded" for fate in fates.values())
-        axes.text(
-            1.6 * len(lru) + 0.1,
-            y + 0.4,
-            f"re-attach reuses {reusable_tokens(fates, block_size)} tokens\n{held} block(s) held, unreachable",
-            va="center",
-            fontsize=9,
-        )
+        _draw_order(axes, 1.3 * (1 - row), order, physical, block_size, dropped)
     axes.annotate("", xy=(4.6, -0.35), xytext=(0, -0.35), arrowprops={"arrowstyle": "->"})
     axes.text(
         2.3,
@@ -105,7 +74,9 @@ def plot_eviction_orders(physical: Sequence[int] = (4, 8, 12), block_size: int =
         fontsize=8,
     )
     axes.legend(
-        handles=[Patch(facecolor=colours[f], edgecolor="black", label=f) for f in ("dropped", "stranded", "kept")],
+        handles=[
+            Patch(facecolor=_FATE_COLOURS[f], edgecolor="black", label=f) for f in ("dropped", "stranded", "kept")
+        ],
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),
         fontsize=8,
@@ -117,3 +88,40 @@ def plot_eviction_orders(physical: Sequence[int] = (4, 8, 12), block_size: int =
     axes.set_title(f"One prompt of {len(physical)} cached blocks, after evict dropped {dropped} entry", fontsize=10)
     figure.tight_layout()
     return figure
+
+
+def _draw_order(axes, y: float, order: str, physical: Sequence[int], block_size: int, dropped: int) -> None:
+    """One row at height ``y``: the LRU list under ``order`` after the eviction, and what a re-attach reuses."""
+    from matplotlib.patches import Rectangle
+
+    lru, fates = entry_fates(order, len(physical), dropped)
+    axes.text(-0.2, y + 0.4, f"{order}", ha="right", va="center", fontsize=10, fontweight="bold")
+    for slot, index in enumerate(lru):
+        fate = fates[index]
+        axes.add_patch(
+            Rectangle(
+                (1.6 * slot, y),
+                1.4,
+                0.8,
+                facecolor=_FATE_COLOURS[fate],
+                edgecolor="black",
+                hatch="//" if fate == "dropped" else None,
+            )
+        )
+        key_end = (index + 1) * block_size
+        axes.text(
+            1.6 * slot + 0.7,
+            y + 0.4,
+            f"prompt[:{key_end}]\nblock {physical[index]}\n{fate}",
+            ha="center",
+            va="center",
+            fontsize=8,
+        )
+    held = sum(fate == "stranded" for fate in fates.values())
+    axes.text(
+        1.6 * len(lru) + 0.1,
+        y + 0.4,
+        f"re-attach reuses {reusable_tokens(fates, block_size)} tokens\n{held} block(s) held, unreachable",
+        va="center",
+        fontsize=9,
+    )

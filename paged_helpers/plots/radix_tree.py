@@ -44,22 +44,9 @@ def draw_tree(radix: Any, shown_tokens: int = 4, title: str = "radix cache"):
     from matplotlib.patches import Patch
 
     candidate = next_eviction(radix)
-    places: dict[int, tuple[int, float]] = {}  # id(node) -> (depth, row)
-    rows = [0]
-
-    def place(node: Any, depth: int) -> float:
-        children = list(node.children.values())
-        if not children:
-            row = float(rows[0])
-            rows[0] += 1
-        else:
-            row = sum(place(child, depth + 1) for child in children) / len(children)
-        places[id(node)] = (depth, row)
-        return row
-
-    place(radix.root, 0)
+    places, leaves = _places(radix)
     depth = max(d for d, _ in places.values())
-    figure, axes = plt.subplots(figsize=(2.0 + 3.0 * depth, 1.0 + 1.1 * max(rows[0], 1)))
+    figure, axes = plt.subplots(figsize=(2.0 + 3.0 * depth, 1.0 + 1.1 * max(leaves, 1)))
     stack = [radix.root]
     while stack:
         node = stack.pop()
@@ -68,34 +55,9 @@ def draw_tree(radix: Any, shown_tokens: int = 4, title: str = "radix cache"):
             cx, cy = places[id(child)]
             axes.plot([x, cx], [y, cy], color="#7f8c8d", zorder=1)
             stack.append(child)
-        if node is radix.root:
-            axes.text(
-                x,
-                y,
-                "root",
-                ha="center",
-                va="center",
-                zorder=2,
-                bbox={"boxstyle": "circle", "facecolor": "white", "edgecolor": "#7f8c8d"},
-            )
-            continue
-        axes.text(
-            x,
-            y,
-            _label(node, shown_tokens),
-            ha="center",
-            va="center",
-            fontsize=8,
-            zorder=2,
-            bbox={
-                "boxstyle": "round",
-                "facecolor": CANDIDATE if node is candidate else PLAIN,
-                "edgecolor": LOCKED if node.lock_count else "#7f8c8d",
-                "linewidth": 2.5 if node.lock_count else 1.0,
-            },
-        )
+        _draw_node(axes, node, (x, y), root=node is radix.root, candidate=node is candidate, shown=shown_tokens)
     axes.set_xlim(-0.5, depth + 0.6)
-    axes.set_ylim(rows[0] - 0.4, -0.6)
+    axes.set_ylim(leaves - 0.4, -0.6)
     axes.axis("off")
     axes.legend(
         handles=[
@@ -110,6 +72,56 @@ def draw_tree(radix: Any, shown_tokens: int = 4, title: str = "radix cache"):
     axes.set_title(title)
     figure.tight_layout()
     return figure
+
+
+def _places(radix: Any) -> tuple[dict[int, tuple[int, float]], int]:
+    """(id(node) -> (depth, row), the number of leaves): each leaf a row of its own, a parent between its children."""
+    places: dict[int, tuple[int, float]] = {}
+    rows = [0]
+
+    def place(node: Any, depth: int) -> float:
+        children = list(node.children.values())
+        if not children:
+            row = float(rows[0])
+            rows[0] += 1
+        else:
+            row = sum(place(child, depth + 1) for child in children) / len(children)
+        places[id(node)] = (depth, row)
+        return row
+
+    place(radix.root, 0)
+    return places, rows[0]
+
+
+def _draw_node(axes: Any, node: Any, at: tuple[int, float], *, root: bool, candidate: bool, shown: int) -> None:
+    """The root as a circle; any other node as a box of its label, locked and next-eviction marked."""
+    x, y = at
+    if root:
+        axes.text(
+            x,
+            y,
+            "root",
+            ha="center",
+            va="center",
+            zorder=2,
+            bbox={"boxstyle": "circle", "facecolor": "white", "edgecolor": "#7f8c8d"},
+        )
+        return
+    axes.text(
+        x,
+        y,
+        _label(node, shown),
+        ha="center",
+        va="center",
+        fontsize=8,
+        zorder=2,
+        bbox={
+            "boxstyle": "round",
+            "facecolor": CANDIDATE if candidate else PLAIN,
+            "edgecolor": LOCKED if node.lock_count else "#7f8c8d",
+            "linewidth": 2.5 if node.lock_count else 1.0,
+        },
+    )
 
 
 def plot_hit_rates(budgets: Sequence[int], rates: dict[str, Sequence[float]], parameters: dict | None = None):

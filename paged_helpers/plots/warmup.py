@@ -17,6 +17,7 @@ holds its own offset), each cell also shows the address the kernel's load really
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .kernel_walk import _COLOURS
@@ -42,7 +43,6 @@ def plot_tiles(
     the tiles in a loop, as in ``softmax``): only the labels above the tiles differ.
     """
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
-    from matplotlib.patches import Rectangle
 
     if length < 1 or block < 1:
         raise ValueError(f"length and block must be at least 1, got length={length}, block={block}")
@@ -54,50 +54,7 @@ def plot_tiles(
     lanes = programs * block
     figure, axes = plt.subplots(figsize=(max(6.0, 0.42 * lanes + 1.5), 1.9 if loaded is None else 2.5))
     for lane in range(lanes):
-        program = lane // block
-        colour = _COLOURS[program % len(_COLOURS)]
-        masked = lane >= length
-        axes.add_patch(
-            Rectangle(
-                (lane, 0),
-                1,
-                1,
-                facecolor="white" if masked else colour,
-                alpha=1.0 if masked else 0.55,
-                edgecolor=colour,
-                hatch="///" if masked else None,
-                linewidth=1.2,
-            )
-        )
-        if masked:
-            written_outside = lane in outside
-            axes.text(
-                lane + 0.5,
-                0.5,
-                "out!" if written_outside else "",
-                ha="center",
-                va="center",
-                fontsize=7,
-                color=_WRONG,
-                weight="bold",
-            )
-            if written_outside:
-                axes.add_patch(Rectangle((lane, 0), 1, 1, fill=False, edgecolor=_WRONG, linewidth=2.5))
-            continue
-        axes.text(lane + 0.5, 0.5, str(lane), ha="center", va="center", fontsize=8)
-        if loaded is not None:
-            got = loaded[lane]
-            wrong = got != lane
-            axes.text(
-                lane + 0.5,
-                -0.45,
-                "-" if got is None else str(got),
-                ha="center",
-                va="center",
-                fontsize=8,
-                color=_WRONG if wrong else "black",
-                weight="bold" if wrong else "normal",
-            )
+        _draw_lane(axes, lane, lane // block, length, loaded, outside)
     for program in range(programs):
         label = f"program {program}" if tiles == "programs" else f"loop step {program} of program r"
         axes.text(program * block + block / 2, 1.25, label, ha="center", va="bottom", fontsize=8)
@@ -110,6 +67,55 @@ def plot_tiles(
     axes.set_title(title or f"{length} elements in tiles of {block}: hatched lanes are masked off", fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def _draw_lane(axes, lane: int, program: int, length: int, loaded, outside: Sequence[int]) -> None:
+    """One lane of a tile: its element (and what the kernel stored there), or masked off (and written, if so)."""
+    from matplotlib.patches import Rectangle
+
+    colour = _COLOURS[program % len(_COLOURS)]
+    masked = lane >= length
+    axes.add_patch(
+        Rectangle(
+            (lane, 0),
+            1,
+            1,
+            facecolor="white" if masked else colour,
+            alpha=1.0 if masked else 0.55,
+            edgecolor=colour,
+            hatch="///" if masked else None,
+            linewidth=1.2,
+        )
+    )
+    if masked:
+        written_outside = lane in outside
+        axes.text(
+            lane + 0.5,
+            0.5,
+            "out!" if written_outside else "",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color=_WRONG,
+            weight="bold",
+        )
+        if written_outside:
+            axes.add_patch(Rectangle((lane, 0), 1, 1, fill=False, edgecolor=_WRONG, linewidth=2.5))
+        return
+    axes.text(lane + 0.5, 0.5, str(lane), ha="center", va="center", fontsize=8)
+    if loaded is not None:
+        got = loaded[lane]
+        wrong = got != lane
+        axes.text(
+            lane + 0.5,
+            -0.45,
+            "-" if got is None else str(got),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color=_WRONG if wrong else "black",
+            weight="bold" if wrong else "normal",
+        )
 
 
 def plot_gather(
@@ -167,8 +173,6 @@ def plot_gather(
 def offset_coded_pool(shape: Sequence[int], device=None):
     """A contiguous float32 pool [num_blocks, heads, block_size, head_dim] whose every element holds
     its own offset from the pool's first element: a value loaded from it names its address."""
-    import math
-
     import torch
 
     if len(shape) != 4:
@@ -193,20 +197,13 @@ def plot_block(
     from an ``offset_coded_pool``: each cell then shows the offset the kernel really loaded (red
     where it differs; a masked row must hold 0, and NaN means never written). Returns the Figure.
     """
-    import math
-
     import matplotlib.pyplot as plt  # only where a figure is drawn: grading never draws one
-    from matplotlib.patches import Rectangle
 
     if min(block_size, heads, head_dim) < 1 or not 0 <= head < heads or physical < 0:
         raise ValueError(f"need sizes >= 1, 0 <= head < heads, physical >= 0; got {block_size, heads, head_dim, head}")
     if not 0 <= rows <= block_size:
         raise ValueError(f"rows (slots holding tokens) must be in [0, {block_size}], got {rows}")
-    values = None
-    if stored is not None:
-        values = stored.tolist() if hasattr(stored, "tolist") else [list(row) for row in stored]
-        if len(values) != block_size or any(len(row) != head_dim for row in values):
-            raise ValueError(f"stored must be [{block_size}, {head_dim}], what out holds")
+    values = None if stored is None else _stored_values(stored, block_size, head_dim)
     s_slot = head_dim
     s_head = block_size * s_slot
     s_block = heads * s_head
@@ -215,41 +212,10 @@ def plot_block(
     for slot in range(block_size):
         y = block_size - 1 - slot
         masked = slot >= rows
-        colour = _COLOURS[0]
         for column in range(head_dim):
             address = base + slot * s_slot + column
-            wrong = False
-            text = "" if masked else str(address)
-            if values is not None:
-                got = values[slot][column]
-                if isinstance(got, float) and math.isnan(got):
-                    text, wrong = "-", True
-                elif masked:
-                    text, wrong = ("" if got == 0 else f"{got:g}"), got != 0
-                else:
-                    text, wrong = f"{got:g}", got != address
-            axes.add_patch(
-                Rectangle(
-                    (column, y),
-                    1,
-                    0.9,
-                    facecolor="white" if masked else colour,
-                    alpha=1.0 if masked else 0.45,
-                    edgecolor=_WRONG if wrong else colour,
-                    hatch="///" if masked else None,
-                    linewidth=2.5 if wrong else 1.0,
-                )
-            )
-            axes.text(
-                column + 0.5,
-                y + 0.45,
-                text,
-                ha="center",
-                va="center",
-                fontsize=8,
-                color=_WRONG if wrong else "black",
-                weight="bold" if wrong else "normal",
-            )
+            got = None if values is None else values[slot][column]
+            _draw_offset(axes, column, y, masked, address, got, with_stored=values is not None)
         note = "masked: no token" if masked else f"base + {slot} * {s_slot}"
         axes.text(-0.2, y + 0.45, f"slot {slot}: {note}", ha="right", va="center", fontsize=8)
     for column in range(head_dim):
@@ -274,3 +240,55 @@ def plot_block(
     axes.set_title(title or default, fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def _stored_values(stored, block_size: int, head_dim: int) -> list[list[float]]:
+    """``stored`` (a tensor or nested list) as nested lists, refused unless it is [block_size, head_dim]."""
+    values = stored.tolist() if hasattr(stored, "tolist") else [list(row) for row in stored]
+    if len(values) != block_size or any(len(row) != head_dim for row in values):
+        raise ValueError(f"stored must be [{block_size}, {head_dim}], what out holds")
+    return values
+
+
+def _offset_text(masked: bool, address: int, got, *, with_stored: bool) -> tuple[str, bool]:
+    """(what a cell of the block says, whether it is wrong): its offset, or what the kernel stored there.
+
+    A masked slot must hold 0 (shown empty); NaN means the kernel never wrote the cell.
+    """
+    if not with_stored:
+        return ("" if masked else str(address)), False
+    if isinstance(got, float) and math.isnan(got):
+        return "-", True
+    if masked:
+        return ("" if got == 0 else f"{got:g}"), got != 0
+    return f"{got:g}", got != address
+
+
+def _draw_offset(axes, column: int, y: float, masked: bool, address: int, got, *, with_stored: bool) -> None:
+    """One cell of the block: its offset (or what the kernel stored), red where wrong, hatched where masked."""
+    from matplotlib.patches import Rectangle
+
+    colour = _COLOURS[0]
+    text, wrong = _offset_text(masked, address, got, with_stored=with_stored)
+    axes.add_patch(
+        Rectangle(
+            (column, y),
+            1,
+            0.9,
+            facecolor="white" if masked else colour,
+            alpha=1.0 if masked else 0.45,
+            edgecolor=_WRONG if wrong else colour,
+            hatch="///" if masked else None,
+            linewidth=2.5 if wrong else 1.0,
+        )
+    )
+    axes.text(
+        column + 0.5,
+        y + 0.45,
+        text,
+        ha="center",
+        va="center",
+        fontsize=8,
+        color=_WRONG if wrong else "black",
+        weight="bold" if wrong else "normal",
+    )

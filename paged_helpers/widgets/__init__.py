@@ -11,13 +11,15 @@ Modules: ``state`` reads a cache into plain data, ``render`` draws it as HTML, `
 holds the colour-blind-safe colours, ``display`` decides between live and static (static only
 while nbgrader executes a notebook), ``stage`` holds the presentation stage's JavaScript (in
 ``frontend/``) and the static page, ``kernel_watch`` warns when the kernel is gone, and one
-module per widget; the CowDemo's parts are ``cow_calls`` (calling the class, wording its
-mistakes), ``cow_words`` (the prompts' words) and ``cow_controls`` (its live layout and stage).
+module per widget; the CowDemo's parts are ``cow_demo`` (its state), ``cow_steps`` (create, fork,
+write, free, and the line each step says), ``cow_picture`` (its static and live picture),
+``cow_calls`` (calling the class, wording its mistakes), ``cow_words`` (the prompts' words) and
+``cow_controls`` (its live layout and stage); ``cow_story`` is the demo as a lecture's steps.
 """
 
 from .block_table_view import BlockTableView
 from .cow_demo import CowDemo
-from .prefix_cache_view import PrefixCacheView
 from .cow_story import DEFAULT_STORY, Step, Story
+from .prefix_cache_view import PrefixCacheView
 
 __all__ = ["DEFAULT_STORY", "BlockTableView", "CowDemo", "PrefixCacheView", "Step", "Story"]

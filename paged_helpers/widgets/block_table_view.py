@@ -20,6 +20,9 @@ just copied has a double border and says "copy of N". Bookkeeping that breaks th
 invariants (a refcount below the number of tables pointing at a block, a used block on the free
 list, a leaked block, two sequences' different tokens in one slot) is flagged on the tile instead
 of raising, so a learner sees the bug.
+
+``pool_traits`` turns a read pool into the view's traits (plain JSON) and ``sequence_texts`` words
+each sequence's blocks; the class holds the traits, reads the cache at each refresh, and draws.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import traitlets
 
 from . import display, render
 from .palette import SequenceColours
-from .state import Copy, PoolState, UnreadableCache, find_copies, read_pool, slot_words
+from .state import Copy, PoolState, SlotWords, UnreadableCache, find_copies, read_pool, slot_words
 
 # Pools up to this many blocks are drawn whole; larger ones compactly, unless told otherwise.
 COMPACT_ABOVE = 24
@@ -121,46 +124,15 @@ class BlockTableView(display.ShowsItself, traitlets.HasTraits):
         copies = find_copies(self._previous_tables, state.tables) if self._previous_tables is not None else []
         self._previous_tables = {label: list(table) for label, table in state.tables.items()}
         self.state = state
-        words = slot_words(state, self._labelled_tokens(), self.token_text) if self.tokens is not None else None
+        words = slot_words(state, labelled_tokens(self.tokens), self.token_text) if self.tokens is not None else None
         for label in state.tables:  # colours follow creation, whether or not this state is drawn
             self.colours(label)
+        texts = sequence_texts(state, labelled_tokens(self.tokens), self.token_text) if words else {}
         with self.hold_trait_notifications():
             self.error = ""
-            self.num_blocks = state.num_blocks
-            self.block_size = state.block_size
-            self.tables = {label: list(table) for label, table in state.tables.items()}
-            self.lengths = dict(state.lengths)
-            self.refs = [block.refs for block in state.blocks]
-            self.free = list(state.free_list)
-            self.shared = state.shared
-            self.cached_only = state.cached_only
-            self.copies = [dataclasses.asdict(copy) for copy in copies]
-            self.problems = list(state.problems) + [
-                f"block {block.index}: {block.problem}" for block in state.blocks if block.problem
-            ]
-            self.words = {
-                str(b): [list(labels) for labels in slots] for b, slots in (words.words if words else {}).items()
-            }
-            self.texts = self._texts(state) if words else {}
-            if words:
-                self.problems = self.problems + list(words.clashes)
+            for name, value in pool_traits(state, copies, words, texts).items():
+                setattr(self, name, value)
         self._redraw()
-
-    def _labelled_tokens(self) -> dict[str, list[int]]:
-        return {str(seq): [int(t) for t in ids] for seq, ids in (self.tokens or {}).items()}
-
-    def _texts(self, state: PoolState) -> dict[str, str]:
-        """Each sequence's written tokens as words, " | " between blocks."""
-        texts, size = {}, state.block_size
-        for label, ids in self._labelled_tokens().items():
-            if label not in state.tables:
-                continue
-            written = ids[: state.lengths.get(label, 0)]
-            texts[label] = " | ".join(
-                " ".join(str(self.token_text(t)) for t in written[start : start + size])
-                for start in range(0, len(written), size)
-            )
-        return texts
 
     def _show_error(self, text: str) -> None:
         self.state = None
@@ -251,3 +223,47 @@ class BlockTableView(display.ShowsItself, traitlets.HasTraits):
 
     def __repr__(self) -> str:
         return self._plain()
+
+
+def pool_traits(state: PoolState, copies: list[Copy], words: SlotWords | None, texts: dict[str, str]) -> dict[str, Any]:
+    """The view's traits for ``state``, as plain JSON, in the order the view sets them.
+
+    ``problems`` gathers the pool's, each block's and, with words, each slot where two
+    sequences' tokens clash.
+    """
+    problems = list(state.problems) + [
+        f"block {block.index}: {block.problem}" for block in state.blocks if block.problem
+    ]
+    return {
+        "num_blocks": state.num_blocks,
+        "block_size": state.block_size,
+        "tables": {label: list(table) for label, table in state.tables.items()},
+        "lengths": dict(state.lengths),
+        "refs": [block.refs for block in state.blocks],
+        "free": list(state.free_list),
+        "shared": state.shared,
+        "cached_only": state.cached_only,
+        "copies": [dataclasses.asdict(copy) for copy in copies],
+        "problems": problems + list(words.clashes) if words else problems,
+        "words": {str(b): [list(labels) for labels in slots] for b, slots in (words.words if words else {}).items()},
+        "texts": texts,
+    }
+
+
+def labelled_tokens(tokens: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    """Each sequence's token ids, keyed by ``str(seq)`` as the traits are."""
+    return {str(seq): [int(t) for t in ids] for seq, ids in (tokens or {}).items()}
+
+
+def sequence_texts(state: PoolState, tokens: dict[str, list[int]], token_text: Callable[[int], str]) -> dict[str, str]:
+    """Each sequence's written tokens as words, " | " between blocks."""
+    texts, size = {}, state.block_size
+    for label, ids in tokens.items():
+        if label not in state.tables:
+            continue
+        written = ids[: state.lengths.get(label, 0)]
+        texts[label] = " | ".join(
+            " ".join(str(token_text(t)) for t in written[start : start + size])
+            for start in range(0, len(written), size)
+        )
+    return texts

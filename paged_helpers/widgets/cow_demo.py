@@ -26,14 +26,15 @@ a stage of the same kind. At most ``max_sequences`` sequences live at once (8 by
 lecture's free play 4): each is a chip on every tile it shares and a row of the tables, and a
 projector has room for only so many (docs/widgets.md, "Fitting a projector").
 
-The class is in parts, each with one job: this module holds the demo's state and its steps;
-``cow_calls`` calls the cache class and words its mistakes; ``cow_words`` picks the prompts'
-and writes' words; ``cow_controls`` is the live layout (controls, picture, stage).
+The class is in parts, each with one job: this module holds the demo's state (its traits, the
+cache, the names and the helpers every step shares); ``cow_steps`` its steps and their lines;
+``cow_picture`` its static and live picture; ``cow_calls`` calls the cache class and words its
+mistakes; ``cow_words`` picks the prompts' and writes' words; ``cow_controls`` is the live layout
+(controls, picture, stage).
 """
 
 from __future__ import annotations
 
-import functools
 import string
 from collections.abc import Callable
 from typing import Any
@@ -41,11 +42,12 @@ from typing import Any
 import torch
 import traitlets
 
-from . import display, render
+from . import display
 from .block_table_view import BlockTableView
-from .cow_calls import StepFailed, call, describe_copy, list_blocks
+from .cow_calls import StepFailed, call
+from .cow_picture import CowPicture
+from .cow_steps import CowSteps
 from .cow_words import DemoWords
-from .state import find_copies, read_tables
 
 MAX_SEQUENCES = 8
 
@@ -59,21 +61,7 @@ def _names() -> Any:
         round_ += 1
 
 
-def _step(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A public step never raises for the class's mistakes: anything unexpected becomes a line."""
-
-    @functools.wraps(method)
-    def guarded(self: CowDemo, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as error:  # e.g. a cache without `lengths`: explain, keep the demo alive
-            self._say(f"{method.__name__} could not run: {type(error).__name__}: {error}")
-            return None
-
-    return guarded
-
-
-class CowDemo(display.ShowsItself, traitlets.HasTraits):
+class CowDemo(CowSteps, CowPicture, display.ShowsItself, traitlets.HasTraits):
     """Fork and copy-on-write, step by step, on a tiny cache built from ``cache_class``.
 
     ``cache_class`` is constructed as ``cache_class(layers, num_blocks, block_size, kv_heads,
@@ -137,157 +125,16 @@ class CowDemo(display.ShowsItself, traitlets.HasTraits):
         """The course's tokenizer (None with ``words=False``)."""
         return self.words.tokenizer
 
-    # ----- the steps -----------------------------------------------------------------------
+    # ----- the state every step shares (the steps: ``cow_steps``) --------------------------
 
-    @_step
-    def reset(self) -> None:
-        """A fresh, empty cache built from the class."""
+    def _restart(self) -> None:
+        """Names from A again, the seed's generator, no sequences, no history, no words yet."""
         self._names = _names()
         self.upcoming = next(self._names)
         self._generator = torch.Generator().manual_seed(self.seed)
         self.sequences, self.selected, self.history, self.problem = [], "", [], ""
         self.tokens.clear()
         self.words.restart()
-        try:
-            self.cache = self._call(
-                "__init__", self.cache_class, *self.sizes.values(), device="cpu", dtype=torch.float32
-            )
-        except StepFailed as failure:
-            self.cache = None
-            self.problem = str(failure)
-            self._say(str(failure))
-            return
-        self.view.set_cache(self.cache)
-        s = self.sizes
-        self._say(
-            f"new cache: {s['num_blocks']} blocks of {s['block_size']} slots, all free. Create a prompt to begin."
-        )
-
-    @_step
-    def create(self, tokens: int | None = None) -> str | None:
-        """Create a new sequence and prefill a prompt of ``tokens`` tokens. Returns its name."""
-        tokens = self.prompt_tokens if tokens is None else int(tokens)
-        if not self._ready() or not self._room_for_one_more():
-            return None
-        seq = self._take_name()
-        try:
-            self._call("create", self.cache.create, seq)
-            self.sequences = [*self.sequences, seq]
-            self._call("reserve", self.cache.reserve, seq, tokens)
-            self._write_kv(seq, start=0, count=tokens)
-            self.tokens[seq] = self.words.prompt(tokens)
-        except StepFailed as failure:
-            return self._after_failure(failure)
-        self.selected = seq
-        table = list(self.cache.tables[seq])
-        size = self.sizes["block_size"]
-        last = tokens - (len(table) - 1) * size if table else 0
-        tail = f" (the last holds {last} of {size} slots)" if table and last < size else ""
-        quoted = self.words.quoted(self.tokens[seq])
-        self._say(
-            f"created {seq} with a {tokens}-token prompt{quoted}: {list_blocks(table)}{tail}"
-            if table
-            else f"created {seq} with an empty prompt"
-        )
-        return seq
-
-    @_step
-    def fork(self, parent: str | None = None) -> str | None:
-        """Fork ``parent`` (default: the selected sequence) into a new child. Returns the child's name."""
-        parent = self._target(parent)
-        if parent is None or not self._room_for_one_more():
-            return None
-        child = self._take_name()
-        try:
-            self._call("fork", self.cache.fork, parent, child)
-        except StepFailed as failure:
-            return self._after_failure(failure)
-        self.sequences = [*self.sequences, child]
-        self.selected = child
-        self.tokens[child] = list(self.tokens.get(parent, []))
-        table = list(self.cache.tables[child])
-        refs = self.cache.allocator.refs
-        counts = ", ".join(f"{b}\u2192{refs[b]}" for b in dict.fromkeys(table))
-        line = f"forked {child} from {parent}: {child}'s table {table} points at {parent}'s blocks"
-        line += "; nothing copied"
-        line += f" (refcounts now {counts})" if table else ""
-        if self.cache.tables[child] is self.cache.tables[parent]:
-            line += (
-                f". But {child}'s table is the very same list as {parent}'s: a block appended to one "
-                "appears in both. Fork must copy the list"
-            )
-        self._say(line)
-        return child
-
-    @_step
-    def write(self, seq: str | None = None) -> None:
-        """Write one token into ``seq`` (default: the selected sequence): reserve, then update."""
-        seq = self._target(seq)
-        if seq is None:
-            return
-        size = self.sizes["block_size"]
-        before = read_tables(self.cache)
-        refs_before = list(self.cache.allocator.refs)
-        position = int(self.cache.lengths[seq])
-        logical, slot = divmod(position, size)
-        try:
-            self._call("reserve", self.cache.reserve, seq, 1)
-            after = read_tables(self.cache)
-            self._write_kv(seq, start=position, count=1)
-        except StepFailed as failure:
-            self._after_failure(failure)
-            return
-        token = self.words.next_word(self._generator)
-        self.tokens.setdefault(seq, []).append(token)
-        said = f"token {position}{self.words.quoted([token], brackets=True)}"
-        copies = [c for c in find_copies(before, after) if c.seq == seq]
-        if copies:
-            lines = [
-                describe_copy(self.cache, c, refs_before[c.source], slot if c.logical == logical else size, said)
-                for c in copies
-            ]
-            self._say("; ".join(lines))
-        elif logical < len(before[seq]):
-            block = before[seq][logical]
-            if refs_before[block] > 1:
-                self._say(
-                    f"{seq} wrote {said} into block {block} "
-                    f"while {refs_before[block]} tables shared it: "
-                    "the others now see this token too. Copy-on-write is missing in reserve"
-                )
-            else:
-                self._say(f"{seq} wrote {said} into its own block {block}, slot {slot}: no copy needed")
-        elif logical < len(after[seq]):
-            self._say(f"{seq}'s last block was full: block {after[seq][logical]} allocated for {said}")
-        else:
-            self._say(f"{seq} wrote {said}, but reserve gave its table no block for it")
-
-    @_step
-    def free(self, seq: str | None = None) -> None:
-        """Free ``seq`` (default: the selected sequence) and say where each of its blocks went."""
-        seq = self._target(seq)
-        if seq is None:
-            return
-        released = list(dict.fromkeys(self.cache.tables[seq]))
-        try:
-            self._call("free", self.cache.free, seq)
-        except StepFailed as failure:
-            self._after_failure(failure)
-            return
-        self.sequences = [s for s in self.sequences if s != seq]
-        self.selected = self.sequences[-1] if self.sequences else ""
-        self.tokens.pop(seq, None)
-        refs = self.cache.allocator.refs
-        returned = [b for b in released if refs[b] == 0]
-        kept = [b for b in released if refs[b] > 0]
-        parts = []
-        if returned:
-            parts.append(f"{list_blocks(returned)} back on the free list")
-        if kept:
-            parts.append(", ".join(f"block {b} still used (ref {refs[b]})" for b in kept))
-        self._say(f"freed {seq}: " + ("; ".join(parts) if parts else "it held no blocks"))
-
-    # ----- helpers ---------------------------------------------------------------------------
 
     def _take_name(self) -> str:
         """The name the next created or forked sequence gets (``upcoming``), then the one after."""
@@ -329,18 +176,6 @@ class CowDemo(display.ShowsItself, traitlets.HasTraits):
         self._say(str(failure))
         return None
 
-    def _write_kv(self, seq: str, start: int, count: int) -> None:
-        """Write random keys and values for positions [start, start + count) of seq, every layer."""
-        if count == 0:
-            return
-        heads, dim = self.sizes["kv_heads"], self.sizes["head_dim"]
-        positions = torch.arange(start, start + count)
-        self._call("set_batch", self.cache.set_batch, [seq])
-        for layer in range(self.sizes["layers"]):
-            keys = torch.randn(1, heads, count, dim, generator=self._generator)  # [B, H, T, D]
-            values = torch.randn(1, heads, count, dim, generator=self._generator)
-            self._call("update", self.cache.update, layer, keys, values, positions)
-
     def _say(self, line: str) -> None:
         self.history = [*self.history, line]
         self.message = line
@@ -348,57 +183,12 @@ class CowDemo(display.ShowsItself, traitlets.HasTraits):
             self.view.refresh()
         self._redraw()
 
-    # ----- display ---------------------------------------------------------------------------
+    # ----- display (the picture: ``cow_picture``) -------------------------------------------
 
     @traitlets.observe("presented")
     def _presented_changed(self, change: dict) -> None:
         if self._face is not None:  # only the live picture changes: exports keep the notebook's
             self._face.redraw()
 
-    def to_html(self, projector: bool = False) -> str:
-        """The static picture: the latest step (the earlier ones folded) and the pool (what an HTML export shows).
-
-        ``projector``: as the stage shows it (``BlockTableView.picture_html``): the pool compact,
-        no text smaller than the page's, no legend and no table texts (the tiles show the words).
-        """
-        recent = render.message_lines(self.history, presentation=projector)
-        if self.problem:
-            body = render.error_box(self.problem)
-        else:
-            body = self.view.picture_html(projector=projector)
-        name = self.cache_class.__name__
-        title = f'<div class="ph-cow-title" style="font-weight:700;font-size:1.2em">Copy-on-write with {name}</div>'
-        return render.page(title + recent + body, kind="cow-demo", presentation=projector)
-
-    def screen_html(self) -> str:
-        """What the live demo shows under its controls: the projector's picture while presented."""
-        return self.to_html(projector=self.presented)
-
-    def _repr_html_(self) -> str:
-        return self.to_html()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return display.mimebundle(lambda: self.widget, self.to_html(), repr(self))
-
     def __repr__(self) -> str:
         return f"CowDemo({self.cache_class.__name__}): {self.message}"
-
-    @property
-    def widget(self) -> Any:
-        """The live demo: controls above the picture (built on first use; ``cow_controls``)."""
-        if self._face is None:
-            from .cow_controls import CowControls
-
-            self._face = CowControls(self)
-        return self._face.box
-
-    @property
-    def controls(self) -> dict[str, Any]:
-        """The live demo's controls by name (create, fork, write, free, reset, tokens, sequence, present)."""
-        self.widget  # noqa: B018  (built on first use)
-        return self._face.controls
-
-    def _redraw(self) -> None:
-        if self._face is not None:
-            self._face.redraw()
-        self._update_snapshots()

@@ -32,8 +32,8 @@ import torch
 from ..notebook_loader import NotebookLoadError, load_from_notebook
 from .block_table_view import BlockTableView
 from .cow_demo import CowDemo
-from .prefix_cache_view import PrefixCacheView
 from .cow_story import Story
+from .prefix_cache_view import PrefixCacheView
 
 COW_NOTEBOOK = "04_fork_and_copy_on_write"
 PREFIX_NOTEBOOK = "05_prefix_caching"
