@@ -80,7 +80,7 @@ class Qwen3Config:
         return asdict(self)
 
 
-# What a learner's engine may read of a config the grader lends it (see learner_view.peer): its fields.
+# What a learner's engine may read of a config the grader lends it (see learner_view.operations): its fields.
 Qwen3Config.lent_names = tuple(field.name for field in dataclass_fields(Qwen3Config))
 
 

@@ -31,7 +31,7 @@ def run_apart(launcher: Callable, args: tuple, time_limit: float) -> Outcome:
 
 
 def serve_run(kind: Any, launcher: Any, *args: Any) -> Any:
-    """What the learner's process answers to a ``run`` request (see ``peer``)."""
+    """What the learner's process answers to a ``run`` request (see ``operations``)."""
     if kind != "plain" or len(args) != 2:
         raise ValueError(f"no such run: {kind!r}")
     call_args, time_limit = args

@@ -2,7 +2,7 @@
 
 ``build(destination)`` writes a copy of ``paged_helpers`` without its checks, its references (the
 gather-then-attend attention the kernels are compared with, the bug replays of ``checks.kernels.bugs``, the
-expected answers of ``checks.radix.tree``) and its demos (which import both). In their place stand modules of
+expected answers of ``checks.radix.order``) and its demos (which import both). In their place stand modules of
 the same names whose every attribute is ``unavailable``: a notebook's definitions that import a
 check, a reference or a demo still load, and calling one says that it does not run here. The
 grader mounts this copy where the package is installed in the learner's sandbox, so no file of a
@@ -68,9 +68,7 @@ def build(destination: Path) -> Path:
         source,
         destination,
         ignore=lambda folder, names: [
-            name
-            for name in names
-            if name == "__pycache__" or (Path(folder).resolve() == source and name in WITHHELD)
+            name for name in names if name == "__pycache__" or (Path(folder).resolve() == source and name in WITHHELD)
         ],
     )
     for package in WITHHELD:

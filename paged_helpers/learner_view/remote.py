@@ -40,7 +40,6 @@ class Remote:
         methods = description.get("methods") if type(description.get("methods")) is list else []
         object.__setattr__(self, "_methods", frozenset(m for m in methods if type(m) is str))
 
-
     def _ask(self, op: str, **fields: Any) -> Any:
         return object.__getattribute__(self, "_peer").request(op, target=self, **fields)
 

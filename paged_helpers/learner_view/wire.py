@@ -230,12 +230,23 @@ def decode(
     if tag == "box" and boxes is not None and type(body) is int and set(value) == {"box", "of"}:
         if body in boxes:
             raise Malformed("a box sent twice")
-        boxes[body] = decode(value["of"], storages, other, depth + 1)
+        boxes[body] = decode(value["of"], storages, other, depth + 1)  # nothing inside a box is boxed
         return boxes[body]
+    found = _tagged(tag, body, lambda item: decode(item, storages, other, depth + 1, boxes), storages)
+    if found is _NOT_A_VALUE:
+        raise Malformed(f"not a value of the protocol: {str(value)[:60]}")
+    return found
+
+
+_NOT_A_VALUE = object()  # what ``_tagged`` answers for a tag it does not know, or a body of the wrong shape
+
+
+def _tagged(tag: str, body: Any, inner: Callable[[Any], Any], storages: list[torch.Tensor]) -> Any:
+    """The value of ``{tag: body}`` (``inner`` decodes a part of ``body``, one level deeper)."""
     if tag == "tuple" and type(body) is list:
-        return tuple(decode(item, storages, other, depth + 1, boxes) for item in body)
+        return tuple(inner(item) for item in body)
     if tag == "set" and type(body) is list:
-        items = [decode(item, storages, other, depth + 1, boxes) for item in body]
+        items = [inner(item) for item in body]
         try:
             return set(items)
         except TypeError:
@@ -245,17 +256,16 @@ def decode(
         for pair in body:
             if type(pair) is not list or len(pair) != 2:
                 raise Malformed("a dict entry is not a [key, value] pair")
-            key = decode(pair[0], storages, other, depth + 1, boxes)
+            key = inner(pair[0])
             try:
-                out[key] = decode(pair[1], storages, other, depth + 1, boxes)
+                out[key] = inner(pair[1])
             except TypeError:
                 raise Malformed("a dict key that cannot be a key") from None
         return out
-    if tag in ("deque", "odict") and type(body) is list:
-        if tag == "deque":
-            return collections.deque(decode(item, storages, other, depth + 1, boxes) for item in body)
-        pairs = decode({"dict": body}, storages, other, depth + 1, boxes)
-        return collections.OrderedDict(pairs)
+    if tag == "deque" and type(body) is list:
+        return collections.deque(inner(item) for item in body)
+    if tag == "odict" and type(body) is list:
+        return collections.OrderedDict(inner({"dict": body}))  # its pairs one level deeper, as a dict's
     if tag == "range" and type(body) is list and len(body) == 3 and all(type(n) is int for n in body) and body[2]:
         return range(*body)
     if tag == "slice" and type(body) is list and len(body) == 3 and all(type(n) in (int, type(None)) for n in body):
@@ -270,7 +280,7 @@ def decode(
         return DTYPES[body]
     if tag == "device" and type(body) is str and body.split(":")[0] in ("cpu", "cuda") and len(body) < 16:
         return torch.device(body)
-    raise Malformed(f"not a value of the protocol: {str(value)[:60]}")
+    return _NOT_A_VALUE
 
 
 def dumps(message: dict) -> bytes:

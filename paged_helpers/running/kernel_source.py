@@ -43,15 +43,24 @@ modules, nothing of the learner's).
 from __future__ import annotations
 
 import ast
-import functools
-import importlib
-import math
-import types
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..notebook_loader import code_cells, is_constant_expression, is_kept_definition
+from ..notebook_loader import code_cells, is_kept_definition
+from .kernel_code import check_body
+from .kernel_names import ANNOTATION_BUILTINS, KERNEL_BUILTINS, ModuleNames, allowed_attributes
+from .kernel_rules import (
+    KERNEL_CELL_RULES,
+    RULES,
+    WHAT_IS_ALLOWED,
+    KernelModule,
+    KernelSourceRefused,
+    Refusals,
+    first_line,
+    is_literal,
+)
+from .kernel_top_level import check_constant, check_header, check_import
 
 __all__ = [
     "KERNEL_CELL_RULES",
@@ -65,426 +74,6 @@ __all__ = [
     "validate_kernel_module",
 ]
 
-MODULES = ("triton", "triton.language", "triton.language.math", "math")
-# The builtins Triton's code generator gives a kernel (print, min and max as Triton's own).
-KERNEL_BUILTINS = frozenset({"range", "float", "int", "min", "max", "len", "print"})
-ANNOTATION_BUILTINS = frozenset({"int", "float", "bool", "str"})
-# Kernel code: the statements and expressions Triton compiles (anything else is refused).
-STATEMENTS = (
-    ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.If, ast.For, ast.While, ast.Return,
-    ast.Pass, ast.Break, ast.Continue, ast.Assert,
-)  # fmt: skip
-EXPRESSIONS = (
-    ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Compare, ast.Call, ast.Constant, ast.Attribute,
-    ast.Subscript, ast.Slice, ast.Starred, ast.Name, ast.Tuple, ast.List, ast.JoinedStr, ast.FormattedValue,
-    ast.keyword, ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
-)  # fmt: skip
-# The rules, once: each refusal names its rule; ``KERNEL_CELL_RULES`` (for a learner, one line a
-# rule) and ``WHAT_IS_ALLOWED`` (one sentence) are these words, put together.
-RULES = {
-    "imports": "Imports: only triton, triton.language and math.",
-    "constants": (
-        'Constants: NAME = a literal, float("-inf"), math.pi or math.inf, - or + before one, optionally '
-        "inside tl.constexpr(...); nothing computed (not 2 ** 10)."
-    ),
-    "functions": (
-        "Functions: only @triton.jit ones (that one decorator), with literal defaults and annotations "
-        "like tl.constexpr; nothing else runs at the top level."
-    ),
-    "kernel code": (
-        "Kernel code: assignments, if/for/while/return/assert over locals, constants, tl.*/math.* names, "
-        "@triton.jit functions and range, float, int, min, max, len, print; a value's attributes only "
-        "Triton's own (x.dtype, x.shape, x.T, x.to(...)), never x.handle."
-    ),
-    "names": (
-        "Names: one leading _ is fine (_attn_fwd, _BLOCK); no name, attribute or keyword starts with __; "
-        "each top-level name is bound once."
-    ),
-}
-KERNEL_CELL_RULES = "\n".join(RULES.values())
-WHAT_IS_ALLOWED = "a kernel's module may hold only what these rules allow: " + " ".join(RULES.values())
-
-
-def _refusal(problems: list[tuple[str, str]]) -> str:
-    """Each problem's line, naming its rule (``(rule: constants)``), then each rule named, stated once."""
-    lines = dict.fromkeys(f"{text} (rule: {rule})" for text, rule in problems)
-    rules = dict.fromkeys(rule for _, rule in problems)
-    return "\n".join([*lines, "The rules of a kernel cell that these lines break:", *(RULES[r] for r in rules)])
-
-
-class KernelSourceRefused(ValueError):
-    """A kernel's source holds something that compiling it would run. The message names it."""
-
-
-@dataclass(frozen=True)
-class KernelModule:
-    """A kernel module's source, and where each of its lines came from (for messages)."""
-
-    source: str
-    where: Callable[[int], str] = staticmethod(lambda line: f"line {line}")
-
-
-def _triton_objects() -> tuple:
-    import triton
-
-    return triton.cdiv, triton.next_power_of_2
-
-
-def _is_jit(value: object) -> bool:
-    return hasattr(value, "fn") and type(value).__name__ in ("JITFunction", "InterpretedFunction")
-
-
-def _is_triton_name(value: object) -> bool:
-    """Something of triton.language (a builtin, a dtype, a class, a @jit helper) or of math."""
-    if isinstance(value, types.ModuleType):
-        return value.__name__ in MODULES
-    if _is_jit(value):
-        return str(getattr(value.fn, "__module__", "")).startswith("triton.language")
-    if any(value is allowed for allowed in _triton_objects()):
-        return True
-    if isinstance(value, (bool, int, float)):
-        return True
-    module = getattr(type(value) if not callable(value) else value, "__module__", "") or ""
-    return module.startswith("triton.language") or module == "math"
-
-
-def _literal(node: ast.AST) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
-
-
-# Attributes that would hand a kernel's Python (under Triton's interpreter, its body runs as
-# Python) the host's objects, taken out of what the value classes offer: a tensor's ``handle`` is
-# its IR value when compiling and, interpreted, a TensorHandle whose ``data`` is the numpy array
-# itself (``x.handle.data.tofile("/tmp/f")``, ``x.handle.data.ctypes``).
-HOST_ATTRIBUTES = frozenset({"handle"})
-# The instance attributes kernels read (set in ``__init__``, so in no class's ``dir()``): read from
-# instances below; these, if another Triton's constructors differ from the ones called there.
-_INSTANCE_ATTRIBUTES = frozenset({"dtype", "shape", "numel", "type", "element_ty", "value", "name"})
-
-
-@functools.cache
-def allowed_attributes() -> frozenset[str]:
-    """The attribute names a kernel may read on a value (anything but a chain from an imported
-    module): the public names (no leading ``_``) in ``dir()`` of Triton's value classes,
-    ``triton.language``'s ``tensor``, ``dtype``, ``pointer_type``, ``block_type`` and ``constexpr``,
-    and of one instance of each (``x.dtype``, ``x.shape``, ``ptr.dtype.element_ty`` and
-    ``BLOCK.value`` are set in ``__init__``, not on the class), less ``HOST_ATTRIBUTES``."""
-    import triton.language as tl
-
-    classes = (tl.tensor, tl.dtype, tl.pointer_type, tl.block_type, tl.constexpr)
-    names = {name for value in classes for name in dir(value)}
-    try:
-        block = tl.block_type(tl.float32, [16])
-        instances = (tl.tensor(None, block), tl.float32, tl.pointer_type(tl.float32), block, tl.constexpr(16))
-        names |= {name for value in instances for name in dir(value)}
-    except Exception:  # another Triton's constructors: the floor below still holds
-        names |= _INSTANCE_ATTRIBUTES
-    return frozenset(name for name in names if not name.startswith("_")) - HOST_ATTRIBUTES
-
-
-class _Validator:
-    def __init__(self, where: Callable[[int], str]):
-        self.where = where
-        self.problems: list[tuple[str, str]] = []  # (where and what, the name of the rule in RULES)
-        self.modules: dict[str, types.ModuleType] = {}  # module names bound by an import
-        self.objects: dict[str, object] = {}  # names bound by ``from m import x``
-        self.constants: set[str] = set()
-        self.kernels: set[str] = set()
-        self.parameters: set[str] = set()  # every argument name of the module's functions
-
-    def refuse(self, node: ast.AST, text: str, rule: str) -> None:
-        self.problems.append((f"{self.where(getattr(node, 'lineno', 0))}: {text}", rule))
-
-    def bound(self, name: str) -> bool:
-        return any(name in names for names in (self.modules, self.objects, self.constants, self.kernels))
-
-    # -- names reached through the imported modules ----------------------------------------------
-
-    def resolve(self, node: ast.AST, also: tuple = ()) -> object | None:
-        """The object a chain like ``tl.math.exp`` names, when it starts at an imported module; None
-        (and a refusal) when it leaves Triton's and math's names, or reads, past them, an attribute
-        that is not one of Triton's values' (``allowed_attributes``); None when it starts elsewhere."""
-        chain = []
-        while isinstance(node, ast.Attribute):
-            chain.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name) or node.id not in self.modules and node.id not in self.objects:
-            return None
-        value = self.modules.get(node.id, self.objects.get(node.id))
-        reached = node.id
-        for name in reversed(chain):
-            if name.startswith("__"):
-                self.refuse(node, f"`{reached}.{name}` reads a dunder attribute", "names")
-                return None
-            if not isinstance(value, types.ModuleType):
-                # An attribute of a Triton object (tl.float32.primitive_bitwidth): one of its values'.
-                if name not in allowed_attributes():
-                    self.refuse(
-                        node, f"`{reached}.{name}`: {name} is not an attribute of Triton's values", "kernel code"
-                    )
-                    return None
-                reached += f".{name}"
-                continue
-            if name.startswith("_"):
-                self.refuse(node, f"`{reached}.{name}` reads a private attribute of {reached}", "kernel code")
-                return None
-            try:
-                value = getattr(value, name)
-            except AttributeError:
-                self.refuse(node, f"{reached}.{name} does not exist", "kernel code")
-                return None
-            reached += f".{name}"
-            if not _is_triton_name(value) and not any(value is item for item in also):
-                self.refuse(node, f"{reached} is not one of triton.language's or math's names", "kernel code")
-                return None
-        return value
-
-    def names_triton(self, node: ast.AST, wanted: tuple) -> bool:
-        """Whether ``node`` (a name or a chain from an imported module) is one of ``wanted``."""
-        if not isinstance(node, (ast.Name, ast.Attribute)):
-            return False
-        if isinstance(node, ast.Name) and node.id in self.objects:
-            value = self.objects[node.id]
-        else:
-            value = self.resolve(node, also=wanted)
-        return any(value is item for item in wanted)
-
-    # -- the module's statements -----------------------------------------------------------------
-
-    def module(self, tree: ast.Module) -> None:
-        for node in tree.body:
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and type(node.value.value) is str:
-                continue  # a docstring
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                self.import_(node)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                self.constant(node)
-            elif isinstance(node, ast.FunctionDef):
-                self.bind(node, node.name)
-                self.kernels.add(node.name)
-                arguments = node.args
-                self.parameters |= {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
-            else:
-                self.refuse(node, f"`{_first_line(node)}` runs when the module loads", "functions")
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef):
-                self.kernel(node)
-
-    def bind(self, node: ast.AST, name: str) -> None:
-        if name.startswith("__"):
-            self.refuse(node, f"the name {name} starts with '__'", "names")
-        elif self.bound(name):
-            self.refuse(node, f"{name} is bound twice (a kernel's module binds each name once)", "names")
-
-    def import_(self, node: ast.Import | ast.ImportFrom) -> None:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name not in MODULES:
-                    self.refuse(node, f"`import {alias.name}`", "imports")
-                    continue
-                importlib.import_module(alias.name)  # Triton's or math's own modules
-                bound = alias.asname or alias.name.split(".")[0]
-                module = importlib.import_module(alias.name if alias.asname else bound)
-                if self.modules.get(bound) is module:
-                    continue  # import triton, then import triton.language: the same name, the same module
-                self.bind(node, bound)
-                self.modules[bound] = module
-            return
-        if node.level or node.module not in MODULES:
-            self.refuse(node, f"`from {'.' * node.level}{node.module or ''} import ...`", "imports")
-            return
-        module = importlib.import_module(node.module)
-        for alias in node.names:
-            bound = alias.asname or alias.name
-            if alias.name == "*" or alias.name.startswith("_"):
-                self.refuse(
-                    node, f"`from {node.module} import {alias.name}`: import the public names a kernel uses", "imports"
-                )
-                continue
-            try:
-                value = getattr(module, alias.name)
-            except AttributeError:
-                try:
-                    value = importlib.import_module(f"{node.module}.{alias.name}")
-                except ImportError:
-                    self.refuse(node, f"{node.module} has no name {alias.name}", "imports")
-                    continue
-            if not _is_triton_name(value) and value is not getattr(module, "jit", None):
-                self.refuse(
-                    node, f"{node.module}.{alias.name} is not one of triton.language's or math's names", "imports"
-                )
-                continue
-            self.bind(node, bound)
-            if isinstance(value, types.ModuleType):
-                self.modules[bound] = value
-            else:
-                self.objects[bound] = value
-
-    def constant(self, node: ast.Assign | ast.AnnAssign) -> None:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if not all(isinstance(target, ast.Name) for target in targets) or node.value is None:
-            self.refuse(node, f"`{_first_line(node)}` is not NAME = a constant", "constants")
-            return
-        if isinstance(node, ast.AnnAssign):
-            self.annotation(node.annotation)
-        problems = len(self.problems)
-        if not self.constant_value(node.value) or len(self.problems) > problems:
-            if len(self.problems) == problems:  # else the refusal names what its value reads
-                self.refuse(node, f"`{_first_line(node)}` computes a value when the module loads", "constants")
-            return
-        for target in targets:
-            self.bind(node, target.id)
-            self.constants.add(target.id)
-
-    def constant_value(self, node: ast.expr) -> bool:
-        """``notebook_loader.is_constant_expression``, its names read as this module binds them."""
-        import triton.language as tl
-
-        def names_ok(what: str, name: ast.expr) -> bool:
-            if what == "constexpr":
-                return self.names_triton(name, (tl.constexpr,))
-            if what == "math" and self.modules.get("math") is not math:  # `import math`, nothing else named math
-                self.refuse(name, f"`{_first_line(node)}` reads math, which is not `import math` here", "constants")
-            elif what == "float" and self.bound("float"):  # the builtin float
-                self.refuse(name, f"`{_first_line(node)}` reads float, which this module binds itself", "constants")
-            return True  # a refusal above is seen by ``constant``
-
-        return is_constant_expression(node, names_ok)
-
-    def annotation(self, node: ast.AST | None) -> None:
-        if node is None or isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return  # a string annotation is never evaluated
-        if isinstance(node, ast.Name) and node.id in ANNOTATION_BUILTINS:
-            return
-        problems = len(self.problems)
-        if isinstance(node, (ast.Name, ast.Attribute)) and (
-            self.resolve(node) is not None or len(self.problems) > problems
-        ):
-            return
-        self.refuse(node, f"the annotation `{ast.unparse(node)}` is not a Triton type (tl.constexpr)", "functions")
-
-    # -- one @triton.jit function ----------------------------------------------------------------
-
-    def kernel(self, node: ast.FunctionDef) -> None:
-        import triton
-
-        name = node.name
-        if not node.decorator_list:
-            self.refuse(
-                node,
-                f"{name} is a function without @triton.jit: a kernel calls only @triton.jit functions, and "
-                "its module holds no other",
-                "functions",
-            )
-            return
-        if len(node.decorator_list) != 1 or not self.jit_decorator(node.decorator_list[0], triton.jit):
-            shown = ", ".join(f"@{ast.unparse(d)}" for d in node.decorator_list)
-            self.refuse(
-                node, f"{name}'s decorators ({shown}): a kernel has exactly one decorator, @triton.jit", "functions"
-            )
-        arguments = node.args
-        if arguments.vararg or arguments.kwarg:
-            self.refuse(node, f"{name} takes *args or **kwargs (a kernel names its arguments)", "functions")
-        for default in [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]:
-            if not _literal(default):
-                self.refuse(
-                    default,
-                    f"{name}'s default `{ast.unparse(default)}` is computed when the module loads; a "
-                    "default is a literal",
-                    "functions",
-                )
-        parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
-        for parameter in parameters:
-            if parameter.arg.startswith("__"):
-                self.refuse(parameter, f"{name}'s argument {parameter.arg} starts with '__'", "names")
-            self.annotation(parameter.annotation)
-        self.annotation(node.returns)
-        if getattr(node, "type_params", None):
-            self.refuse(node, f"{name} has type parameters", "functions")
-        local = {parameter.arg for parameter in parameters}
-        for child in ast.walk(ast.Module(body=node.body, type_ignores=[])):
-            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-                local.add(child.id)
-        for statement in node.body:
-            self.body(statement, name, local)
-
-    def jit_decorator(self, node: ast.AST, jit: object) -> bool:
-        if isinstance(node, ast.Call):
-            return (
-                not node.args
-                and all(keyword.arg and _literal(keyword.value) for keyword in node.keywords)
-                and self.names_triton(node.func, (jit,))
-            )
-        return self.names_triton(node, (jit,))
-
-    def body(self, statement: ast.stmt, kernel: str, local: set[str]) -> None:
-        inner = set()  # Attributes that are the first part of a longer chain (tl.math of tl.math.exp)
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
-                inner.add(id(node.value))
-        for node in ast.walk(statement):
-            if isinstance(node, ast.stmt) and not isinstance(node, STATEMENTS):
-                self.refuse(node, f"{kernel}: `{_first_line(node)}` is not kernel code", "kernel code")
-            elif isinstance(node, ast.expr) and not isinstance(node, EXPRESSIONS):
-                self.refuse(node, f"{kernel}: `{_first_line(node)}` is not kernel code", "kernel code")
-            elif isinstance(node, ast.Attribute) and id(node) not in inner:
-                self.attribute(node, kernel)
-            elif isinstance(node, ast.Name):
-                if node.id.startswith("__"):
-                    self.refuse(node, f"{kernel}: the name {node.id} starts with '__'", "names")
-                elif isinstance(node.ctx, ast.Load):
-                    self.name(node, kernel, local)
-            elif isinstance(node, ast.keyword) and node.arg is not None:
-                self.keyword(node, kernel)
-
-    def attribute(self, node: ast.Attribute, kernel: str) -> None:
-        """A whole chain (``x.dtype.element_ty``, ``tl.math.exp``): through an imported module by
-        Triton's and math's names (``resolve``); on anything else, by the attributes of Triton's values."""
-        chain, root = [], node
-        while isinstance(root, ast.Attribute):
-            chain.insert(0, root.attr)
-            root = root.value
-        dunder = next((name for name in chain if name.startswith("__")), None)
-        if dunder is not None:
-            self.refuse(node, f"{kernel}: `{_first_line(node)}` reads the dunder attribute {dunder}", "names")
-        elif isinstance(root, ast.Name) and (root.id in self.modules or root.id in self.objects):
-            self.resolve(node)  # refuses a chain that leaves Triton's and math's names
-        else:
-            for name in chain:
-                if name not in allowed_attributes():
-                    why = " (the host's data under the interpreter)" if name in HOST_ATTRIBUTES else ""
-                    self.refuse(
-                        node,
-                        f"{kernel}: `{_first_line(node)}` reads .{name}, which is not an attribute of Triton's "
-                        f"values{why}",
-                        "kernel code",
-                    )
-                    break
-
-    def keyword(self, node: ast.keyword, kernel: str) -> None:
-        if node.arg.startswith("__"):
-            self.refuse(node, f"{kernel}: the keyword {node.arg}= starts with '__'", "names")
-        elif node.arg.startswith("_") and node.arg not in self.parameters:
-            self.refuse(
-                node,
-                f"{kernel}: the keyword {node.arg}= is none of this module's arguments (Triton passes its own "
-                "private arguments itself)",
-                "names",
-            )
-
-    def name(self, node: ast.Name, kernel: str, local: set[str]) -> None:
-        if not self.bound(node.id) and node.id not in local and node.id not in KERNEL_BUILTINS:
-            self.refuse(
-                node,
-                f"{kernel} uses {node.id}, which is not a local, a constant, a @triton.jit function or an "
-                "import of its module (nor one of range, float, int, min, max, len, print)",
-                "kernel code",
-            )
-
 
 def validate_kernel_module(module: KernelModule | str) -> None:
     """Raise ``KernelSourceRefused`` naming every line of ``module`` that a compile would run and a
@@ -494,14 +83,33 @@ def validate_kernel_module(module: KernelModule | str) -> None:
         tree = ast.parse(module.source)
     except SyntaxError as error:
         raise KernelSourceRefused(f"{module.where(error.lineno or 0)}: a syntax error ({error.msg})") from None
-    validator = _Validator(module.where)
-    validator.module(tree)
-    if validator.problems:
-        raise KernelSourceRefused(_refusal(validator.problems))
+    refusals = Refusals(module.where)
+    _check_module(ModuleNames(refusals), tree)
+    if refusals.problems:
+        raise KernelSourceRefused(refusals.message())
 
 
-def _first_line(node: ast.AST) -> str:
-    return ast.unparse(node).splitlines()[0][:120]
+def _check_module(names: ModuleNames, tree: ast.Module) -> None:
+    """The module's shape: a docstring, imports, constants and functions at the top level, nothing
+    else; every top-level name bound before any kernel's body is read (a body may call a kernel
+    defined below it)."""
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and type(node.value.value) is str:
+            continue  # a docstring
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            check_import(names, node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            check_constant(names, node)
+        elif isinstance(node, ast.FunctionDef):
+            names.bind(node, node.name)
+            names.kernels.add(node.name)
+            arguments = node.args
+            names.parameters |= {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+        else:
+            names.refuse(node, f"`{first_line(node)}` runs when the module loads", "functions")
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and check_header(names, node):
+            check_body(names, node)
 
 
 # -- the kernel module of a notebook ------------------------------------------------------------
@@ -541,6 +149,14 @@ def _statement(cell: int, source: str, node: ast.stmt, shared_lines: set[int]) -
     return _Statement(cell, first, "\n".join(lines))
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where the cells came from, as messages say it ("07_paged_decode_kernel.ipynb, code cell 14")."""
+
+    name: str
+    cell_word: str
+
+
 def kernel_module_from_notebook(path: str | Path, kernels: Iterable[str]) -> KernelModule:
     """The module of ``kernels`` (names of @triton.jit functions) as the notebook at ``path`` defines
     them, read as text: each kernel's top-level definition and what it reads, as the notebook last
@@ -556,13 +172,27 @@ def kernel_module_from_cells(
     """``kernel_module_from_notebook`` for cells given as (number, source), in the order they ran
     (a notebook's code cells, or the cells a Jupyter kernel ran); ``origin`` and ``cell_word`` say in
     messages where they came from ("07_paged_decode_kernel.ipynb, code cell 14, line 3")."""
+    where_from = _Origin(origin, cell_word)
+    bindings, unparsed = _last_bindings(cells, where_from)
+    module = _assembled(_chosen(bindings, unparsed, sorted(kernels), where_from), where_from)
+    validate_kernel_module(module)
+    return module
+
+
+def _last_bindings(
+    cells: Iterable[tuple[int, str]], origin: _Origin
+) -> tuple[dict[str, tuple[ast.stmt, _Statement]], list[str]]:
+    """Each name's last binding among the statements a notebook's definitions load with, and a line
+    for each cell with a syntax error (it defines nothing: it never ran)."""
     bindings: dict[str, tuple[ast.stmt, _Statement]] = {}
-    unparsed: list[str] = []  # a cell with a syntax error defines nothing (it never ran)
+    unparsed: list[str] = []
     for cell, source in cells:
         try:
             tree = ast.parse(source)
         except SyntaxError as error:
-            unparsed.append(f"{origin}, {cell_word} {cell}, line {error.lineno}: a syntax error ({error.msg})")
+            unparsed.append(
+                f"{origin.name}, {origin.cell_word} {cell}, line {error.lineno}: a syntax error ({error.msg})"
+            )
             continue
         starts: dict[int, int] = {}
         for node in tree.body:
@@ -573,7 +203,14 @@ def kernel_module_from_cells(
             if is_kept_definition(node):
                 for name in _bound_names(node):
                     bindings[name] = (node, _statement(cell, source, node, shared))
-    kernels = sorted(kernels)
+    return bindings, unparsed
+
+
+def _chosen(
+    bindings: dict[str, tuple[ast.stmt, _Statement]], unparsed: list[str], kernels: list[str], origin: _Origin
+) -> dict[str, _Statement]:
+    """The statements the kernels need, by each name they bind: the kernels' definitions and, in turn,
+    those of every name they read. Raises when a kernel is missing or comes from another notebook."""
     wanted, chosen, problems = list(kernels), {}, []
     while wanted:
         name = wanted.pop()
@@ -581,15 +218,15 @@ def kernel_module_from_cells(
             continue
         if name not in bindings:  # the validation names the kernel that uses it, and where
             if name in kernels:
-                problems.append(f"{name} is not defined at the top level of {origin}")
+                problems.append(f"{name} is not defined at the top level of {origin.name}")
                 problems += unparsed
             continue
         node, statement = bindings[name]
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and not _literal(node.value):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and not is_literal(node.value):
             func = node.value.func
             if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "load_from_notebook":
                 problems.append(
-                    f"{origin}, {cell_word} {statement.cell}: {name} comes from another notebook "
+                    f"{origin.name}, {origin.cell_word} {statement.cell}: {name} comes from another notebook "
                     "(load_from_notebook); the GPU compile reads the kernels a notebook defines: define it in this one"
                 )
                 continue
@@ -598,6 +235,11 @@ def kernel_module_from_cells(
         wanted += sorted(_global_names(node))
     if problems:
         raise KernelSourceRefused("\n".join(problems))
+    return chosen
+
+
+def _assembled(chosen: dict[str, _Statement], origin: _Origin) -> KernelModule:
+    """The chosen statements as one module, in the order they ran; each of its lines names its cell."""
     pieces, origins, line = [], [], 1
     for statement in sorted(set(chosen.values()), key=lambda s: (s.cell, s.first_line)):
         count = statement.text.count("\n") + 1
@@ -614,11 +256,9 @@ def kernel_module_from_cells(
         for start, statement in reversed(origins):
             if number >= start:
                 return (
-                    f"{origin}, {cell_word} {statement.cell} (the cell defining {defines[statement]}), "
+                    f"{origin.name}, {origin.cell_word} {statement.cell} (the cell defining {defines[statement]}), "
                     f"line {statement.first_line + number - start}"
                 )
-        return origin
+        return origin.name
 
-    module = KernelModule(source, where)
-    validate_kernel_module(module)
-    return module
+    return KernelModule(source, where)
