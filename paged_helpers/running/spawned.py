@@ -14,7 +14,7 @@ initialises CUDA on its own), which serves the check's calls one by one:
 * a child that dies (a fault) or does not answer in time (a hang) is killed and reported as
   "crashed" or "timed out"; the next call starts a fresh one.
 
-Outside a session, or where there is no GPU, ``call`` is not used (see ``checks.kernels.attention``:
+Outside a session, or where there is no GPU, ``call`` is not used (see ``checks.kernels.paged_attention``:
 the launcher checks). A kernel check never runs the learner's launcher: it launches the kernel
 itself (``kernel_process``).
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .scenarios import DecodeInputs, PrefillInputs
+from .attention_inputs import DecodeInputs, PrefillInputs
 
 __all__ = ["Bug", "DECODE_BUGS", "PREFILL_BUGS", "decode_as", "prefill_as"]
 
