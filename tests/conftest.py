@@ -88,6 +88,10 @@ _MACHINE_SPECIFIC = (
     (re.compile(_TEMP + r"(?=/)"), "<tmp>"),
     (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x…"),
     (re.compile(r"(test_\w+\.py\"?,? (?:line )?|test_\w+\.py:)\d+"), r"\1N"),
+    # logits compared with a from-scratch run: the tolerance is the device's (CPU 1e-4, GPU 2e-3) and the
+    # gap its arithmetic's (BLAS, kernels): a snapshot written on a CPU must hold on a GPU too
+    (re.compile(r"\(within [0-9.e+-]+\)"), "(within <tolerance>)"),
+    (re.compile(r"max \|difference\| (?:[0-9.e+-]+|nan|inf)"), "max |difference| <gap>"),
 )
 
 
@@ -97,8 +101,10 @@ def machine_neutral(text: str) -> str:
     Replaced: the checkout's path (``<repo>``); pytest's per-test temporary folders and any other path in
     the temporary folder (``<tmp>``); object addresses (``0x…``); the line number in a test file where a
     wrong implementation is defined (``test_x.py", line N``, ``test_x.py:N``: it moves whenever the test
-    file is edited); ANSI colours (removed). Nothing else: a check's own wording, numbers and block ids
-    are what the snapshot is for, and fixed-seed runs draw the same ones everywhere.
+    file is edited); the tolerance and the measured gap of logits compared with a from-scratch run
+    (``(within <tolerance>)``, ``max |difference| <gap>``: the device's and its arithmetic's); ANSI colours
+    (removed). Nothing else: a check's own wording, numbers and block ids are what the snapshot is for,
+    and fixed-seed runs draw the same ones everywhere.
     """
     text = strip_ansi(text)
     for pattern, replacement in _MACHINE_SPECIFIC:
