@@ -3,7 +3,8 @@
 Tests never keep a second copy of a solution: ``solution("02_block_allocator",
 "BlockAllocator")`` loads it from notebooks/ through the same loader learners use.
 Wrong implementations (for proving that checks can fail) live beside each test as small
-subclasses or edits of the right ones.
+subclasses or edits of the right ones; the message each one gets is compared whole with its reviewed
+snapshot (``message_snapshot``, below) in tests/__snapshots__/<test file>.ambr.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import os
 import random
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from syrupy.extensions.amber import AmberSnapshotExtension
 
 # Under pytest-xdist each worker is one of several busy processes on the machine's cores (CI: two
 # workers on two cores, beside the grading tests' kernels): one torch thread each, set before torch is
@@ -79,3 +82,65 @@ def fresh_hint_tiers():
     HINT_TIERS.forget()
     yield
     HINT_TIERS.forget()
+
+
+# --------------------------------------------------------------------------- snapshots of the learner's messages
+
+_TEMP = re.escape(str(Path(tempfile.gettempdir()).resolve()))
+# Order matters: the checkout first (it may itself lie in the temporary folder), then pytest's per-test
+# folders (their numbering and the user's name change each run), then any other temporary path.
+_MACHINE_SPECIFIC = (
+    (re.compile(re.escape(str(ROOT))), "<repo>"),
+    (re.compile(_TEMP + r"/pytest-of-[^/\s]+/pytest-\d+/[^/\s'\"]+"), "<tmp>"),
+    (re.compile(_TEMP + r"(?=/)"), "<tmp>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x…"),
+    (re.compile(r"(test_\w+\.py\"?,? (?:line )?|test_\w+\.py:)\d+"), r"\1N"),
+    # logits compared with a from-scratch run: the tolerance is the device's (CPU 1e-4, GPU 2e-3) and the
+    # gap its arithmetic's (BLAS, kernels): a snapshot written on a CPU must hold on a GPU too
+    (re.compile(r"\(within [0-9.e+-]+\)"), "(within <tolerance>)"),
+    (re.compile(r"max \|difference\| (?:[0-9.e+-]+|nan|inf)"), "max |difference| <gap>"),
+)
+
+
+def machine_neutral(text: str) -> str:
+    """``text`` as it reads on any machine, from any folder, on any run.
+
+    Replaced: the checkout's path (``<repo>``); pytest's per-test temporary folders and any other path in
+    the temporary folder (``<tmp>``); object addresses (``0x…``); the line number in a test file where a
+    wrong implementation is defined (``test_x.py", line N``, ``test_x.py:N``: it moves whenever the test
+    file is edited); the tolerance and the measured gap of logits compared with a from-scratch run
+    (``(within <tolerance>)``, ``max |difference| <gap>``: the device's and its arithmetic's); ANSI colours
+    (removed). Nothing else: a check's own wording, numbers and block ids are what the snapshot is for,
+    and fixed-seed runs draw the same ones everywhere.
+    """
+    text = strip_ansi(text)
+    for pattern, replacement in _MACHINE_SPECIFIC:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class LearnerMessageSnapshot(AmberSnapshotExtension):
+    """Syrupy's amber files (one per test file, in tests/__snapshots__/), each string first made
+    machine-neutral (``machine_neutral``), in a dict or list too. A multi-line message is stored as the
+    learner reads it, between ``'''`` lines."""
+
+    def serialize(self, data, **kwargs):
+        return super().serialize(_neutral(data), **kwargs)
+
+
+def _neutral(data):
+    if isinstance(data, str):
+        return machine_neutral(data)
+    if isinstance(data, dict):
+        return {key: _neutral(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_neutral(value) for value in data)
+    return data
+
+
+@pytest.fixture
+def message_snapshot(snapshot):
+    """``assert message == message_snapshot``: the whole message a learner gets, compared with its
+    reviewed copy. A new or changed message fails with a diff; ``pytest --snapshot-update`` (one test
+    file at a time, without -n) writes it after you have read it as a learner would."""
+    return snapshot.use_extension(LearnerMessageSnapshot)

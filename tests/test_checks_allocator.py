@@ -142,32 +142,27 @@ def pool_one_block_short(base):
     return Allocator
 
 
-WRONG = {
-    frees_on_any_release: ["free list but still referenced", "only when its count reaches 0"],
-    release_past_zero_is_silent: ["double free", "expected: RuntimeError", "no exception"],
-    release_past_zero_raises_after_decrementing: ["double free", "went below 0", "before changing anything"],
-    release_past_zero_frees_again: ["double free", "RuntimeError"],
-    share_does_not_increment: ["share(", "add 1 to its count"],
-    share_accepts_a_free_block: ["share(", "of a free block", "RuntimeError"],
-    allocate_leaves_the_count_at_zero: ["allocate() must set the new block's count to 1"],
-    allocate_does_not_raise_memory_error: ["MemoryError", "IndexError"],
-    allocate_does_not_take_the_block: [
-        "allocation 1 of 6",
-        "allocate() must take the block off the free list",
-        "popleft()",
-    ],
-    num_free_counts_the_pool: ["num_free", "len(self.free)"],
-    pool_one_block_short: ["a fresh pool of 6 blocks", "deque(range(num_blocks))"],
-}
+WRONG = [
+    frees_on_any_release,
+    release_past_zero_is_silent,
+    release_past_zero_raises_after_decrementing,
+    release_past_zero_frees_again,
+    share_does_not_increment,
+    share_accepts_a_free_block,
+    allocate_leaves_the_count_at_zero,
+    allocate_does_not_raise_memory_error,
+    allocate_does_not_take_the_block,
+    num_free_counts_the_pool,
+    pool_one_block_short,
+]
 
 
-@pytest.mark.parametrize("make_wrong", list(WRONG), ids=lambda f: f.__name__)
-def test_a_wrong_allocator_fails_with_a_message_naming_the_bug(right, make_wrong, failing_message):
-    """Phrases are looked for in the second failure, whose two-tier hints show the concrete change."""
+@pytest.mark.parametrize("make_wrong", WRONG, ids=lambda f: f.__name__)
+def test_a_wrong_allocator_fails_with_a_message_naming_the_bug(right, make_wrong, failing_message, message_snapshot):
+    """The snapshot is the second failure, whose two-tier hints show the concrete change."""
     first = failing_message(check_block_allocator, make_wrong(right))
     message = failing_message(check_block_allocator, make_wrong(right))
-    for phrase in WRONG[make_wrong]:
-        assert phrase in message, f"{phrase!r} not in:\n{message}"
+    assert message == message_snapshot
     assert ("more_hint()" in first) == ("the change (same failure again):" in message)
 
 

@@ -101,72 +101,32 @@ WRONG = {
     "scale: store without a mask": (
         "scale_kernel",
         [("tl.store(out_ptr + offsets, factor * x, mask=mask)", "tl.store(out_ptr + offsets, factor * x)")],
-        [
-            "scale: n = 1, BLOCK = 8",
-            "a store of 7 of its 8 addresses outside every tensor",
-            "7 elements",
-            "out_ptr",
-            "`tl.store(out_ptr + offsets, factor * x)`",
-            "mask every load and store",
-        ],
     ),
     "scale: load without a mask": (
         "scale_kernel",
         [("x = tl.load(x_ptr + offsets, mask=mask)", "x = tl.load(x_ptr + offsets)")],
-        ["a load of 7 of its 8 addresses outside every tensor", "x_ptr", "`x = tl.load(x_ptr + offsets)`"],
     ),
     "scale: every program on tile 0": (
         "scale_kernel",
         [("tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "tl.arange(0, BLOCK)")],
-        ["n = 13", "never written", "pid * BLOCK"],
     ),
-    "scale: factor ignored": (
-        "scale_kernel",
-        [("factor * x, mask=mask)", "x, mask=mask)")],
-        ["out = factor * x", "multiply by factor"],
-    ),
+    "scale: factor ignored": ("scale_kernel", [("factor * x, mask=mask)", "x, mask=mask)")]),
     # puzzle 2
-    "row_max: other left at 0": (
-        "row_max_kernel",
-        [(', other=-float("inf")', "")],
-        ["loaded as 0", "other=-float('inf')"],
-    ),
-    "row_max: cols as the row stride": (
-        "row_max_kernel",
-        [("x_ptr + row * stride_row", "x_ptr + row * cols")],
-        ["stride_row", "used `cols` where the row stride belongs"],
-    ),
-    "row_max: load without a mask": (
-        "row_max_kernel",
-        [(', mask=offsets < cols, other=-float("inf")', "")],
-        ["beyond `cols`", "mask = offsets < cols"],
-    ),
+    "row_max: other left at 0": ("row_max_kernel", [(', other=-float("inf")', "")]),
+    "row_max: cols as the row stride": ("row_max_kernel", [("x_ptr + row * stride_row", "x_ptr + row * cols")]),
+    "row_max: load without a mask": ("row_max_kernel", [(', mask=offsets < cols, other=-float("inf")', "")]),
     # puzzle 3
-    "gather_rows: the index ignored": (
-        "gather_rows_kernel",
-        [("table_ptr + row * D", "table_ptr + i * D")],
-        ["rows [4, 0, 6, 4, 2]", "got:      rows [0, 1, 2, 3, 4]", "copied table row i", "tl.load(index_ptr + i)"],
-    ),
-    "gather_rows: row number without the width": (
-        "gather_rows_kernel",
-        [("table_ptr + row * D", "table_ptr + row")],
-        ["r * D"],
-    ),
+    "gather_rows: the index ignored": ("gather_rows_kernel", [("table_ptr + row * D", "table_ptr + i * D")]),
+    "gather_rows: row number without the width": ("gather_rows_kernel", [("table_ptr + row * D", "table_ptr + row")]),
     "gather_rows: out addressed with the row number": (
         "gather_rows_kernel",
         [("out_ptr + i * D", "out_ptr + row * D")],
-        ["a store of 8 of its 8 addresses outside every tensor", "out_ptr", "tl.store(out_ptr + row * D"],
     ),
     # puzzle 4
-    "softmax: no rescale": (
-        "softmax_kernel",
-        _NO_RESCALE,
-        ["max is in the last tile", "not rescaled", "exp(m - m_new)"],
-    ),
+    "softmax: no rescale": ("softmax_kernel", _NO_RESCALE),
     "softmax: other left at 0": (
         "softmax_kernel",
         [('mask=offsets < cols, other=-float("inf")', "mask=offsets < cols, other=0.0")],
-        ["loaded as 0", "-inf"],
     ),
     "softmax: no max": (
         "softmax_kernel",
@@ -174,43 +134,32 @@ WRONG = {
             ("l = l * tl.exp(m - m_new) + tl.sum(tl.exp(tile - m_new), axis=0)", "l = l + tl.sum(tl.exp(tile))"),
             ("tl.exp(tile - m) / l", "tl.exp(tile) / l"),
         ],
-        ["scores near 1000", "overflows", "subtract the running max"],
     ),
     "softmax: store without a mask": (
         "softmax_kernel",
         [(_SOFTMAX_STORE, _SOFTMAX_STORE.replace(", mask=mask)", ")"))],
-        ["a store of 5 of its 8 addresses outside every tensor", "out_ptr", "tl.exp(tile - m) / l)`"],
     ),
     "softmax: first loop's load without a mask": (
         "softmax_kernel",
         [(', mask=offsets < cols, other=-float("inf"))\n        m_new', ")\n        m_new")],
-        ["a load of 3 of its 8 addresses outside every tensor", "x_ptr", "mask every load and store"],
     ),
     "softmax: out addressed with x's row stride": (
         "softmax_kernel",
         [("tl.store(out_ptr + row * cols", "tl.store(out_ptr + row * stride_row")],
-        ["x's row stride", "the store used stride_row", "out_ptr + row * cols + offsets"],
     ),
     # puzzle 5
     "load_block: logical block as the physical one": (
         "load_block_kernel",
         [("physical * s_block", "logical_block * s_block")],
-        ["physical block 1, the logical block's own number", "tl.load(table_ptr + logical_block)"],
     ),
     "load_block: slot and column strides swapped": (
         "load_block_kernel",
         [("slots[:, None] * s_slot + rd[None, :]", "slots[:, None] + rd[None, :] * s_slot")],
-        ["strides are exchanged", "slots[:, None] * s_slot + rd[None, :]"],
     ),
-    "load_block: load without a mask": (
-        "load_block_kernel",
-        [(", mask=valid[:, None], other=0.0", "")],
-        ["last block", "stale (NaN)", "slots past the sequence's length", "(here NaN)", "mask=valid[:, None]"],
-    ),
+    "load_block: load without a mask": ("load_block_kernel", [(", mask=valid[:, None], other=0.0", "")]),
     "load_block: mask without the block's start": (
         "load_block_kernel",
         [("valid = logical_block * BLOCK + slots < length", "valid = slots < length")],
-        ["slots past the sequence's length", "logical_block * BLOCK + slots < length"],
     ),
     "load_block: mask on the columns": (
         "load_block_kernel",
@@ -218,31 +167,20 @@ WRONG = {
             ("valid = logical_block * BLOCK + slots < length", "valid = logical_block * BLOCK + rd < length"),
             ("mask=valid[:, None]", "mask=valid[None, :]"),
         ],
-        ["switched off columns instead of slots", "valid[:, None]"],
     ),
     "load_block: store masked": (
         "load_block_kernel",
         [("rd[None, :], tile)", "rd[None, :], tile, mask=valid[:, None])")],
-        ["never written", "no mask on the store"],
     ),
-    "load_block: head ignored": (
-        "load_block_kernel",
-        [(" + head * s_head", "")],
-        ["head 1", "holds pool[3, 0, 0, 0] instead of pool[3, 1, 0, 0]", "head * s_head"],
-    ),
+    "load_block: head ignored": ("load_block_kernel", [(" + head * s_head", "")]),
     # notebook 06's old order of the strides (block, slot, head) against 07's (block, head, slot)
     "load_block: head and slot strides exchanged": (
         "load_block_kernel",
         [("s_block, s_head, s_slot, BLOCK", "s_block, s_slot, s_head, BLOCK")],
-        [
-            "head and slot strides are exchanged (here s_head is 32 and s_slot 4)",
-            "s_block, s_head, s_slot in that order",
-        ],
     ),
     "load_block: a contiguous pool's strides by hand": (
         "load_block_kernel",
         [("head * s_head", "head * BLOCK * D"), ("slots[:, None] * s_slot", "slots[:, None] * D")],
-        ["slots lie 6 apart", "strides of a contiguous pool were worked out by hand", "(s_head 24, s_slot 6)"],
     ),
     "load_block: hard-coded strides": (
         "load_block_kernel",
@@ -250,109 +188,73 @@ WRONG = {
             ("physical * s_block + head * s_head", "physical * 32 + head * 16"),
             ("slots[:, None] * s_slot", "slots[:, None] * 4"),
         ],
-        [
-            "a full block in the middle",
-            "holds pool[1, 1, 4, 0] instead of pool[3, 1, 0, 0]",
-            "the strides the kernel is handed",
-        ],
     ),
     "load_block: out addressed with the pool's slot stride": (
         "load_block_kernel",
         [("tl.store(out_ptr + slots[:, None] * D", "tl.store(out_ptr + slots[:, None] * s_slot")],
-        ["slots lie 6 apart", "a store of 4 of its 16 addresses outside every tensor", "out_ptr"],
     ),
     # puzzle 6
-    "block_scores: masked slots scored 0": (
-        "block_scores_kernel",
-        [(_SCORES_STORE, "tl.store(out_ptr + rows, s)")],
-        ["the last block holds 5", "-inf for i in 13..15", "kept the score of the zero key", "tl.where(valid, s"],
-    ),
+    "block_scores: masked slots scored 0": ("block_scores_kernel", [(_SCORES_STORE, "tl.store(out_ptr + rows, s)")]),
     "block_scores: masked slots not stored": (
         "block_scores_kernel",
         [(_SCORES_STORE, "tl.store(out_ptr + rows, s, mask=valid)")],
-        ["out[13] and on (slots past the length) never written", "store the whole block"],
     ),
     "block_scores: summed over the slots": (
         "block_scores_kernel",
         [("tl.sum(k * q[None, :], axis=1)", "tl.sum(k * q[None, :], axis=0)")],
-        ["head_dim 8", "summed over the slots (axis 0)", "axis=1"],
     ),
     "block_scores: q along the slots": (
         "block_scores_kernel",
         [("tl.sum(k * q[None, :], axis=1)", "tl.sum(k * q[:, None], axis=1)")],
-        ["q was stood along the slots", "q[None, :]"],
     ),
-    "block_scores: no scale": (
-        "block_scores_kernel",
-        [("axis=1) * scale", "axis=1)")],
-        ["not multiplied by scale"],
-    ),
+    "block_scores: no scale": ("block_scores_kernel", [("axis=1) * scale", "axis=1)")]),
     "block_scores: mask without the block's start": (
         "block_scores_kernel",
         [("valid = rows < length", "valid = tl.arange(0, BLOCK) < length")],
-        ["a load of 24 of its 64 addresses outside every tensor", "k_ptr", "the block's start counts"],
     ),
     "block_scores: every program on block 0": (
         "block_scores_kernel",
         [("rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "rows = tl.arange(0, BLOCK)")],
-        ["8 of the 16 scores never written", "rows = tl.program_id(0) * BLOCK"],
     ),
     # puzzle 7
-    "online_attention: acc not rescaled": (
-        "online_attention_kernel",
-        [("acc = acc * alpha + ", "acc = acc + ")],
-        ["the largest score in the last block", "l was rescaled when the max grew, but acc was not"],
-    ),
+    "online_attention: acc not rescaled": ("online_attention_kernel", [("acc = acc * alpha + ", "acc = acc + ")]),
     "online_attention: nothing rescaled": (
         "online_attention_kernel",
         [("acc = acc * alpha + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")],
-        ["neither l nor acc was rescaled", "alpha = exp(m - m_new)"],
     ),
-    "online_attention: l not rescaled": (
-        "online_attention_kernel",
-        [("l = l * alpha + ", "l = l + ")],
-        ["acc was rescaled when the max grew, but l was not"],
-    ),
+    "online_attention: l not rescaled": ("online_attention_kernel", [("l = l * alpha + ", "l = l + ")]),
     "online_attention: masked slots scored 0": (
         "online_attention_kernel",
         [(_ATTENTION_SCORES, "s = tl.sum(k * q[None, :], axis=1) * scale")],
-        ["the last block holding 3 of 4", "took part in the softmax with a score of 0"],
     ),
     "online_attention: acc not divided by l": (
         "online_attention_kernel",
         [("tl.store(out_ptr + rd, acc / l)", "tl.store(out_ptr + rd, acc)")],
-        ["store acc / l"],
     ),
     "online_attention: running max started at 0": (
         "online_attention_kernel",
         [('m = tl.full((), -float("inf"), tl.float32)', "m = tl.zeros((), tl.float32)")],
-        ["every score far below zero (about -150)", "NaN or inf", "start that max at -inf"],
     ),
     "online_attention: no max subtracted": (
         "online_attention_kernel",
         [("alpha = tl.exp(m - m_new)", "alpha = 1.0"), ("p = tl.exp(s - m_new)", "p = tl.exp(s)")],
-        ["scores near 1000", "exp of such a score overflows", "subtract the running max"],
     ),
     "online_attention: V loaded without a mask": (
         "online_attention_kernel",
         [("v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0)", "v = tl.load(v_ptr + offsets)")],
-        ["a load of 8 of its 32 addresses outside every tensor", "v_ptr", "k and v hold exactly `length` rows"],
     ),
     # puzzle 8
     "causal_scores: the mask in row numbers": (
         "causal_scores_kernel",
         [(_CAUSAL, "causal = keys[None, :] <= rows[:, None]")],
-        ["9 new tokens after 5 cached ones", "compared key positions with row numbers t", "(here 5 + t)"],
     ),
     "causal_scores: the diagonal left out": (
         "causal_scores_kernel",
         [(_CAUSAL, "causal = keys[None, :] < (start + rows)[:, None]")],
-        ["did not see its own key", "<=, not <"],
     ),
     "causal_scores: masked scores 0": (
         "causal_scores_kernel",
         [('s = tl.where(causal, s, -float("inf"))', "s = tl.where(causal, s, 0.0)")],
-        ["masked scores were stored as 0", "-inf"],
     ),
     "causal_scores: query rows past the chunk loaded": (
         "causal_scores_kernel",
@@ -362,34 +264,29 @@ WRONG = {
                 "q = tl.load(q_ptr + rows[:, None] * D + rd[None, :])",
             )
         ],
-        ["a load of 48 of its 64 addresses outside every tensor", "q_ptr", "the last tile's rows past new_tokens"],
     ),  # fmt: skip
     "causal_scores: rows past the chunk stored": (
         "causal_scores_kernel",
         [("mask=row_valid[:, None] & key_valid[None, :])", "mask=key_valid[None, :])")],
-        ["a store of 12 of its 16 addresses outside every tensor", "out_ptr"],
     ),
     "causal_scores: out's rows new_tokens apart": (
         "causal_scores_kernel",
         [("rows[:, None] * total + keys[None, :], s", "rows[:, None] * new_tokens + keys[None, :], s")],
-        ["scores never written", "out_ptr + rows[:, None] * (start + new_tokens)"],
     ),
 }
 
 
 @pytest.mark.parametrize("mistake", WRONG)
-def test_a_wrong_kernel_is_named(mistake, failing_message):
-    name, edits, phrases = WRONG[mistake]
-    message = strip_ansi(failing_message(CHECKS[name], edited(name, *edits)))
-    for phrase in phrases:
-        assert phrase in message, message
+def test_a_wrong_kernel_is_named(mistake, failing_message, message_snapshot):
+    name, edits = WRONG[mistake]
+    assert failing_message(CHECKS[name], edited(name, *edits)) == message_snapshot
 
 
 @pytest.mark.parametrize("mistake", WRONG)
 def test_every_secret_seed_catches_a_wrong_kernel_in_the_hidden_call(mistake):
     """The hidden call runs every kind in full in every draw: a wrong kernel fails at every seed the grader
     may draw, with a message naming the kind and none of its sizes."""
-    name, edits, _ = WRONG[mistake]
+    name, edits = WRONG[mistake]
     wrong = edited(name, *edits)
     for seed in SECRET_SEEDS:
         try:
@@ -403,7 +300,7 @@ def test_every_secret_seed_catches_a_wrong_kernel_in_the_hidden_call(mistake):
 def test_a_hidden_kind_names_the_bug_without_its_sizes(failing_message):
     """A wrong kernel that only a hidden kind's shapes reach (the visible cases hold it to other shapes)
     is still told what it gets wrong, with no number of the hidden scenario."""
-    name, edits, _ = WRONG["online_attention: no max subtracted"]
+    name, edits = WRONG["online_attention: no max subtracted"]
     message = strip_ansi(
         failing_message(
             lambda k: check_online_attention_kernel(k, seed=SECRET_SEEDS[0], hidden=True), edited(name, *edits)
@@ -414,13 +311,13 @@ def test_a_hidden_kind_names_the_bug_without_its_sizes(failing_message):
 
 
 def test_the_wrong_stride_is_not_blamed_on_a_mask(failing_message):
-    name, edits, _ = WRONG["softmax: out addressed with x's row stride"]
+    name, edits = WRONG["softmax: out addressed with x's row stride"]
     message = strip_ansi(failing_message(check_softmax_kernel, edited(name, *edits)))
     assert "mask" not in message, message
 
 
 def test_a_hidden_failure_names_its_kind_not_its_sizes(failing_message):
-    name, edits, _ = WRONG["scale: factor ignored"]
+    name, edits = WRONG["scale: factor ignored"]
     message = strip_ansi(failing_message(lambda k: check_scale_kernel(k, seed=7, hidden=True), edited(name, *edits)))
     assert "a hidden scenario failed" in message and "n = " not in message, message
 
