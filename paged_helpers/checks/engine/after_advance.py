@@ -173,7 +173,7 @@ def expect_remembered(scenario: str, chunks: tuple[Chunk, ...], placed, engine) 
         call_learner("cache.free(probe)", cache.free, probe, scenario=scenario)
         if reused != covered:
             fail(
-                f"{scenario}: the prefix cache after {chunk.seq_id!r}'s chunk of {chunk.count} tokens",
+                f"{scenario}: the prefix cache after the chunk of {chunk.count} tokens of {chunk.seq_id!r}",
                 f"its first {covered} prompt tokens ({covered // BLOCK_SIZE} full block(s)) found by a later prompt",
                 f"attach of a prompt opening with them reused {reused}",
                 "after counting a prompt chunk (count > 1), publish its full blocks: "

@@ -126,7 +126,7 @@ KERNEL_DECODE_CASES: tuple[DecodeCase, ...] = (
         layout="slot-major",
     ),
     DecodeCase(
-        "a pool whose " + LAYOUTS["padded"] + "; lengths 3 and 10, blocks of 8",
+        "a pool with " + LAYOUTS["padded"] + "; lengths 3 and 10, blocks of 8",
         lengths=(3, 10),
         block_size=8,
         q_heads=2,
@@ -273,7 +273,7 @@ KERNEL_PREFILL_CASES: tuple[PrefillCase, ...] = (
         layout="slot-major",
     ),
     PrefillCase(
-        "a pool whose " + LAYOUTS["padded"] + "; 2 cached tokens, 5 new, blocks of 8, group size 2",
+        "a pool with " + LAYOUTS["padded"] + "; 2 cached tokens, 5 new, blocks of 8, group size 2",
         start=2,
         new_tokens=5,
         block_size=8,

@@ -303,7 +303,8 @@ def refused_fit(
     refused_hint = why_a_fit_was_refused(cache_class, block_size)
     cause = hint_text(where, refused_hint)
     return error.reworded(
-        f"{error}\n  likely cause: the table needed {missing} more block(s) and {free} were free, so it fits: {cause}",
+        f"{error}\n  likely cause: the table needed {missing} more {'block' if missing == 1 else 'blocks'} and "
+        f"{free} {'was' if free == 1 else 'were'} free, so it fits: {cause}",
         hint=refused_hint.concept,
         concept=refused_hint.concept,
     )

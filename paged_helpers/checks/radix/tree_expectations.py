@@ -52,10 +52,16 @@ def expect_match(
     reused = len(blocks) * BLOCK
     path = reads.path(node, where)
     if path != tuple(tokens[:reused]):
+        # The learner's blocks may claim more than the probe shares: then say where the path leaves it.
+        differ_at = (n for n, (a, b) in enumerate(zip(path, tokens, strict=False)) if a != b)
+        shared = next(differ_at, min(len(path), len(tokens)))
+        left_the_probe = f", only the first {shared} of them the probe's" if shared < len(path) else ""
         fail(
             where,
-            f"the returned node ends after the {reused} matched tokens ({len(blocks)} blocks)",
-            f"it ends after {len(path)} tokens",
+            f"the returned node's path equal to the probe's first {reused} tokens (the {len(blocks)} "
+            + ("block" if len(blocks) == 1 else "blocks")
+            + " returned)",
+            f"it ends after {len(path)} tokens{left_the_probe}",
             SPLIT_HINT,
         )
     for index, block in enumerate(blocks):

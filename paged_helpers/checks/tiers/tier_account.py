@@ -118,8 +118,9 @@ class TierAccount:
             if not strict_equal(host[:, slot], self.record[key]):
                 fail(
                     where,
-                    f"host slot {slot} (the entry of tokens 0..{self.ends[key] - 1}) holding those tokens' keys",
-                    "other keys",
+                    f"host slot {slot} (the entry of tokens 0..{self.ends[key] - 1}) holding those tokens' keys "
+                    "and values",
+                    "other keys and values",
                     HOST_DATA_HINT if not self.pins or slot not in self.pins else PIN_HINT,
                 )
 

@@ -19,7 +19,7 @@ __all__ = ["expect_fresh_loads", "expect_holds"]
 
 
 def expect_holds(account: TierAccount, blocks: list[int], prompt: list[int], what: str, where: str) -> None:
-    """GPU ``blocks`` are the first blocks of ``prompt``: each holds the keys of its prefix."""
+    """GPU ``blocks`` are the first blocks of ``prompt``: each holds the keys and values of its prefix."""
     pools = account.gpu_pools(where) if blocks else None
     keys = account.keys_of(prompt)
     for index, block in enumerate(blocks):
@@ -27,8 +27,9 @@ def expect_holds(account: TierAccount, blocks: list[int], prompt: list[int], wha
         if key not in account.record or not strict_equal(pools[:, block], account.record[key]):
             fail(
                 where,
-                f"{what} {index} (block {block}) holding the keys of this prompt's tokens 0..{(index + 1) * BLOCK - 1}",
-                "other keys",
+                f"{what} {index} (block {block}) holding the keys and values of this prompt's tokens "
+                f"0..{(index + 1) * BLOCK - 1}",
+                "other keys and values",
                 LOST_HINT if what == "match's block" else FRESH_HINT,
             )
 
@@ -69,9 +70,9 @@ def expect_fresh_loads(
             fail(
                 where,
                 f"block {block}, loaded from host slot {slot} (pinned by match_host for tokens "
-                f"0..{(index + 1) * BLOCK - 1}), holding those tokens' keys",
-                f"other keys: the host dropped that entry while the slot was pinned"
+                f"0..{(index + 1) * BLOCK - 1}), holding those tokens' keys and values",
+                f"other keys and values: the host dropped that entry while the slot was pinned"
                 f" (host_entries now gives the key {'no slot' if key not in entries else f'slot {entries[key]}'})",
                 PIN_HINT,
             )
-        fail(where, f"block {block} holding the keys of host slot {slot}", "other keys", HOST_DATA_HINT)
+        fail(where, f"block {block} holding the keys and values of host slot {slot}", "other ones", HOST_DATA_HINT)
