@@ -468,7 +468,7 @@ def test_wrong_engine_stages_read_ahead_fail_with_the_same_words_across_the_boun
         "class PagedKVCache(solution('04_fork_and_copy_on_write', 'PagedKVCache')):\n    pass",
         "class PrefixCache(solution('05_prefix_caching', 'PrefixCache')):\n    pass",
     ]
-    for bug, (stage, _, _) in WRONG.items():
+    for bug, (stage, _) in WRONG.items():
         right = f"solution({NOTEBOOK!r}, {STAGES[stage][1]!r})"
         lines.append(f"class Wrong_{bug}({right}):\n    vars().update(WRONG[{bug!r}][1])")
     path = _notebook_of(tmp_path, "\n".join(lines) + "\n", "engine_stages.ipynb")
@@ -484,7 +484,7 @@ def test_wrong_engine_stages_read_ahead_fail_with_the_same_words_across_the_boun
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
     with LearnerProcess(host, time_limit=600, cwd=str(ROOT), env=env) as learner:
         parts = ("PagedKVCache", "PrefixCache")
-        for bug, (stage, _, _) in WRONG.items():
+        for bug, (stage, _) in WRONG.items():
             check = STAGES[stage][0]
             across = message(check, learner.name(f"Wrong_{bug}"), *map(learner.name, parts))
             local = message(check, getattr(here, f"Wrong_{bug}"), *(getattr(here, part) for part in parts))
