@@ -19,6 +19,7 @@ __all__ = [
     "code_cells",
     "is_constant_expression",
     "is_kept_definition",
+    "is_literal",
     "raw_code_cells",
     "unimplemented_parts",
     "without_magics",
@@ -37,7 +38,8 @@ def without_magics(source: str) -> str:
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _is_literal(node: ast.AST) -> bool:
+def is_literal(node: ast.AST) -> bool:
+    """Whether ``node`` is a literal (``ast.literal_eval`` reads it; nothing of it runs)."""
     try:
         ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -84,7 +86,7 @@ def is_constant_expression(node: ast.AST, names_ok: Callable[[str, ast.expr], bo
 def _is_plain_constant(node: ast.AST, names_ok, signed: bool = False) -> bool:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         return _is_plain_constant(node.operand, names_ok, signed=True)
-    if _is_literal(node):
+    if is_literal(node):
         return not signed or type(ast.literal_eval(node)) in (int, float)
     if (
         isinstance(node, ast.Call)

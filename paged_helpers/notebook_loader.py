@@ -38,23 +38,12 @@ import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .notebook_cells import (
-    code_cells,
-    is_constant_expression,
-    is_kept_definition,
-    raw_code_cells,
-    unimplemented_parts,
-    without_magics,
-)
+from .notebook_cells import is_kept_definition, raw_code_cells, unimplemented_parts, without_magics
 
-# code_cells, is_constant_expression and is_kept_definition are read from here by running/ (kernel cells).
 __all__ = [
     "NotebookLoadError",
     "Unavailable",
-    "code_cells",
     "find_notebook",
-    "is_constant_expression",
-    "is_kept_definition",
     "load_definitions",
     "load_from_notebook",
 ]

@@ -328,7 +328,7 @@ def _hidden_call(check, seed):
 
 
 def test_every_wrong_stage_names_the_kinds_that_catch_it():
-    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.engine import scenarios as engine_stages
 
     kinds = {
         **engine_stages.ADMISSION_KINDS,
@@ -367,7 +367,7 @@ def test_each_kind_meant_for_a_wrong_stage_catches_it_in_every_draw(bug, failing
     """Issue 36: no draw makes a kind miss a mistake it is meant for (a pool whose plan needs no block, a
     queue with no request left waiting, a fork of one sample): each kind of ``CAUGHT_BY[bug]``, run alone,
     fails the wrong stage at every seed, and the message names that kind."""
-    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.engine import scenarios as engine_stages
     from paged_helpers.checks.speaking.hidden import run_hidden_scenarios
     from paged_helpers.checks.story import drawn
 
@@ -391,7 +391,7 @@ def test_each_kind_meant_for_a_wrong_stage_catches_it_in_every_draw(bug, failing
 def test_the_visible_scenarios_keep_their_answers():
     """The visible scenarios' expected answers, worked out from their blocks, are the ones the notebook
     describes."""
-    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.engine import scenarios as engine_stages
 
     assert engine_stages.VISIBLE_QUEUE.expected(0) == engine_stages.VISIBLE_QUEUE.expected(1) == ("a", "b")
     assert [pool.victims() for pool in engine_stages.VISIBLE_POOLS] == [[], [], ["c"], ["b"]]
@@ -418,7 +418,7 @@ def test_a_draw_that_never_shows_its_mistakes_stops(kind, monkeypatch):
     finish out of order, a step whose logits tell, a sampling seed whose samples differ) stops after
     ``MAX_REDRAWS`` draws with the course's own error, instead of a check that never returns."""
     from paged_helpers.checks.engine import advance as engine_advance
-    from paged_helpers.checks.engine import stages as engine_stages
+    from paged_helpers.checks.engine import scenarios as engine_stages
     from paged_helpers.checks.engine import whole as engine_whole
     from paged_helpers.checks.speaking import hidden
 

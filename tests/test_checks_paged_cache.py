@@ -424,10 +424,11 @@ def test_the_model_stage_alone_catches_a_batch_that_reads_the_wrong_history(righ
     """The tiny Qwen3 run is a check of its own: a gather bug shows up as wrong logits there."""
     import random
 
-    from paged_helpers.checks import CheckFailed, paged_cache
+    from paged_helpers.checks import CheckFailed
+    from paged_helpers.checks.paged_cache.scenarios import play_model_story
 
     with pytest.raises(CheckFailed, match=r"(?s)decode step 1.*the logits of .*from scratch"):
-        paged_cache._model_run(update_uses_the_first_row_for_every_sequence(right), random.Random(0), 4)
+        play_model_story(update_uses_the_first_row_for_every_sequence(right), random.Random(0), 4)
 
 
 # --------------------------------------------------------------------------- issue 12: hidden scenario kinds

@@ -10,7 +10,7 @@ import pytest
 import test_checks_radix as structural
 
 from paged_helpers.checks import NotImplementedYet, check_radix_logits
-from paged_helpers.checks.radix import on_the_model as radix_logits
+from paged_helpers.checks.radix.on_the_model import scenarios as radix_logits
 
 from conftest import solution
 from lying_values import SaysEqual

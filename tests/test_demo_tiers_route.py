@@ -15,7 +15,7 @@ import torch
 import run
 from paged_helpers import workloads
 from paged_helpers.checks.tiers import keys
-from paged_helpers.demos import DEMOS
+from paged_helpers.demos import DEMOS, routed_fleet
 from paged_helpers.demos import route as route_demo
 from paged_helpers.demos import tiers as tiers_demo
 from paged_helpers.demos.cost_model import COST_MODEL, measured_host_to_gpu
@@ -157,20 +157,20 @@ def test_sharegpt_shaped_chats_follow_the_trace():
 
 
 def test_the_demos_keys_are_notebook_05s_chain_and_the_tiered_caches_keys(classes):
-    """The router's keys (route.block_keys), a tree's keys (route.tree_keys) and the learner's host
+    """The router's keys (routed_fleet.block_keys), a tree's keys (routed_fleet.tree_keys) and the learner's host
     entries (TieredRadixCache.block_keys, given code on notebook 05's block_hashes) agree."""
     block_hashes = solution("05_prefix_caching", "block_hashes")
     tokens = list(range(3, 70))
-    assert route_demo.block_keys(tokens, 16) == [digest.hex() for digest in block_hashes(tokens, 16)]
-    cache = classes["PagedKVCache"](num_blocks=12, block_size=4, **route_demo.BOOKKEEPING_SHAPE)
+    assert routed_fleet.block_keys(tokens, 16) == [digest.hex() for digest in block_hashes(tokens, 16)]
+    cache = classes["PagedKVCache"](num_blocks=12, block_size=4, **routed_fleet.BOOKKEEPING_SHAPE)
     tiered = classes["TieredRadixCache"](cache, 8, "write-through")
     server = tiers_demo.TieredServer(tiered, cache)
     prompt = tokens[:18]
     server.start("a", prompt)
     cache.lengths["a"] = len(prompt)
     server.prefilled("a", prompt)
-    assert route_demo.tree_keys(tiered) == set(route_demo.block_keys(prompt, 4)) == set(tiered.host_entries)
-    assert route_demo.tree_keys(tiered, keys.seeded_root("other")).isdisjoint(route_demo.tree_keys(tiered))
+    assert routed_fleet.tree_keys(tiered) == set(routed_fleet.block_keys(prompt, 4)) == set(tiered.host_entries)
+    assert routed_fleet.tree_keys(tiered, keys.seeded_root("other")).isdisjoint(routed_fleet.tree_keys(tiered))
 
 
 def test_replicas_seeded_each_their_own_way_give_least_loaded_exactly(classes):
@@ -237,7 +237,7 @@ def test_the_tier_aware_router_beats_gpu_events_only_with_host_tiers(classes):
 
 def test_admission_after_reuse_refuses_a_block_asked_for_once(classes):
     admitting = tiers_demo.admitting_after_reuse(classes["TieredRadixCache"], 2)
-    cache = classes["PagedKVCache"](num_blocks=8, block_size=4, **route_demo.BOOKKEEPING_SHAPE)
+    cache = classes["PagedKVCache"](num_blocks=8, block_size=4, **routed_fleet.BOOKKEEPING_SHAPE)
     tiered = tiers_demo.counting(admitting)(cache, 8, "write-through")
     server = tiers_demo.TieredServer(tiered, cache)
     prompt = list(range(13))
@@ -248,7 +248,7 @@ def test_admission_after_reuse_refuses_a_block_asked_for_once(classes):
         server.finish(turn)
         if turn == "first":
             assert tiered.writes == 0 and tiered.refused == 3 and not tiered.host_entries
-    assert tiered.writes == 3 and set(tiered.host_entries) == set(route_demo.block_keys(prompt, 4))
+    assert tiered.writes == 3 and set(tiered.host_entries) == set(routed_fleet.block_keys(prompt, 4))
     with pytest.raises(ValueError, match="store_threshold"):
         tiers_demo.admitting_after_reuse(classes["TieredRadixCache"], 1)
 

@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from paged_helpers.demos import gpu_check
+from paged_helpers.demos import gpu_check, stage_runner
 
 from conftest import NOTEBOOKS
 
@@ -65,7 +65,7 @@ def test_a_stage_that_raises_crashes_or_hangs_does_not_hide_the_others(stand_ins
         gpu_check.Stage("last", "stand_in_stages:passes", {"value": 2}),
     ]
     started = time.monotonic()
-    records = gpu_check.run_stages(stages, budget_s=60, pythonpath=(stand_ins,))
+    records = stage_runner.run_stages(stages, budget_s=60, pythonpath=(stand_ins,))
     assert time.monotonic() - started < 30  # the hanging stage was cut at its limit
     by_name = {record["stage"]: record for record in records}
     assert [record["status"] for record in records] == ["passed", "failed", "crashed", "timeout", "passed"]
@@ -83,7 +83,7 @@ def test_what_a_stage_printed_survives_a_segfault_or_a_kill_whatever_the_environ
         gpu_check.Stage("segfaults", "stand_in_stages:prints_then_segfaults"),
         gpu_check.Stage("hangs", "stand_in_stages:prints_then_hangs", timeout_s=1.5),
     ]
-    segfaults, hangs = gpu_check.run_stages(stages, budget_s=60, pythonpath=(stand_ins,))
+    segfaults, hangs = stage_runner.run_stages(stages, budget_s=60, pythonpath=(stand_ins,))
     assert segfaults["status"] == "crashed" and segfaults["printed"] == "from python\nfrom C\n"
     assert "Segmentation fault" in segfaults["stderr"] and "prints_then_segfaults" in segfaults["stderr"]
     assert hangs["status"] == "timeout" and hangs["printed"] == "from python\nfrom C\n"
@@ -94,7 +94,7 @@ def test_a_stage_that_would_start_after_the_budget_is_skipped(stand_ins):
         gpu_check.Stage("hangs", "stand_in_stages:hangs", timeout_s=60),
         gpu_check.Stage("after", "stand_in_stages:passes", {"value": 3}),
     ]
-    records = gpu_check.run_stages(stages, budget_s=1.5, pythonpath=(stand_ins,))
+    records = stage_runner.run_stages(stages, budget_s=1.5, pythonpath=(stand_ins,))
     assert [record["status"] for record in records] == ["timeout", "skipped"]
     assert "budget" in records[1]["reason"]
 
@@ -119,7 +119,7 @@ def test_a_real_stage_runs_in_its_own_process_by_its_name_in_the_plan():
         {**stage.kwargs, "grid": {"batch_sizes": [1], "context_lengths": [8], "block_sizes": [8]}},
         stage.timeout_s,
     )
-    record = gpu_check.run_stage(tiny)
+    record = stage_runner.run_stage(tiny)
     assert record["status"] == "passed", record.get("error")
     assert record["figures"]["timing"] == gpu_check.INTERPRETER_TIMING and record["stderr"] == ""
 

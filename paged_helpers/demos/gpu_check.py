@@ -45,11 +45,11 @@ from typing import Any
 
 from ..device import DEVICE, INFO
 from .implementation import COURSE_NOTEBOOKS, add_impl_argument
-from .stage_runner import TIME_BUDGET_S, Stage, run_stage, run_stages
+from .stage_runner import TIME_BUDGET_S, Stage, run_stage
 
 COMMAND = "gpu-check"  # python run.py gpu-check
 
-__all__ = ["Stage", "add_arguments", "evaluate_targets", "plan", "run", "run_stage", "run_stages"]
+__all__ = ["Stage", "add_arguments", "evaluate_targets", "plan", "run"]
 
 KERNEL_NOTEBOOKS = ("06_triton_warmup", "07_paged_decode_kernel", "09_paged_prefill_kernel")
 # FlashInfer's batch-decode figures span these batch sizes and context lengths; one block size

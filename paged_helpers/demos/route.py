@@ -46,14 +46,7 @@ from ..workloads import ChatWorkload, multi_turn_chats, random_tokens, trace_cha
 from .bookkeeping_cli import add_bookkeeping_arguments, require_positive_integers
 from .cost_model import COST_MODEL, CostModel, cost_model_from
 from .implementation import load_impl
-from .routed_fleet import (  # noqa: F401 (the tests read the simulation's names here)
-    BOOKKEEPING_SHAPE,
-    Policy,
-    RouteRun,
-    block_keys,
-    serve_routed,
-    tree_keys,
-)
+from .routed_fleet import Policy, RouteRun, serve_routed
 
 REPLICA_COUNTS = (1, 2, 4, 8)
 TTL_ROUNDS = 4  # the approximate router's time to live, in rounds (Dynamo's default is 120 s)

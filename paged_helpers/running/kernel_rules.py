@@ -75,12 +75,3 @@ class Refusals:
 def first_line(node: ast.AST) -> str:
     """How a refusal quotes a statement or an expression: its first line, at most 120 characters."""
     return ast.unparse(node).splitlines()[0][:120]
-
-
-def is_literal(node: ast.AST) -> bool:
-    """Whether ``node`` is a literal (``ast.literal_eval`` reads it; nothing of it runs)."""
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True

@@ -12,7 +12,7 @@ A kernel module is accepted when it holds only (``KERNEL_CELL_RULES`` says it to
 ``RULES`` is the one statement, each refusal names the rule it breaks and the line):
 
 * imports of ``triton``, ``triton.language`` and ``math`` (``from`` imports of their public names too);
-* constants, ``NAME = <constant expression>`` (``notebook_loader.is_constant_expression``, the
+* constants, ``NAME = <constant expression>`` (``notebook_cells.is_constant_expression``, the
   same rule by which a notebook's definitions keep a constant): a literal, ``float("<text>")``,
   ``math.<number>`` (``math.pi``, ``math.inf``), ``-`` or ``+`` before one of those, optionally
   inside ``tl.constexpr(...)``; ``float`` is the builtin, ``math`` and ``tl`` the imported modules;
@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..notebook_loader import code_cells, is_kept_definition
+from ..notebook_cells import code_cells, is_kept_definition, is_literal
 from .kernel_code import check_body
 from .kernel_names import ANNOTATION_BUILTINS, KERNEL_BUILTINS, ModuleNames, allowed_attributes
 from .kernel_rules import (
@@ -58,7 +58,6 @@ from .kernel_rules import (
     KernelSourceRefused,
     Refusals,
     first_line,
-    is_literal,
 )
 from .kernel_top_level import check_constant, check_header, check_import
 

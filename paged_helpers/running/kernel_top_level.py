@@ -14,9 +14,9 @@ import importlib
 import math
 import types
 
-from ..notebook_loader import is_constant_expression
+from ..notebook_cells import is_constant_expression, is_literal
 from .kernel_names import ANNOTATION_BUILTINS, MODULES, ModuleNames, is_triton_name
-from .kernel_rules import first_line, is_literal
+from .kernel_rules import first_line
 
 __all__ = ["check_annotation", "check_constant", "check_header", "check_import"]
 
@@ -94,7 +94,7 @@ def check_constant(names: ModuleNames, node: ast.Assign | ast.AnnAssign) -> None
 
 
 def _constant_value(names: ModuleNames, node: ast.expr) -> bool:
-    """``notebook_loader.is_constant_expression``, its names read as this module binds them."""
+    """``notebook_cells.is_constant_expression``, its names read as this module binds them."""
     import triton.language as tl
 
     def names_ok(what: str, name: ast.expr) -> bool:

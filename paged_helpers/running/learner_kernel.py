@@ -23,7 +23,7 @@ import linecache
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..notebook_loader import code_cells
+from ..notebook_cells import code_cells
 from .kernel_source import KernelModule, kernel_module_from_cells
 
 __all__ = ["KernelUnfinished", "LearnerKernel", "learner_kernel"]

@@ -82,7 +82,9 @@ def expect_refused(
     try:
         result = physical_slot(list(table), position, block_size)
     except NotImplementedError:
-        call_learner("physical_slot", physical_slot, list(table), position, block_size)
+        # Again through call_learner: "not implemented yet". A function that now answers is judged on it.
+        result = call_learner("physical_slot", physical_slot, list(table), position, block_size)
+        fail(scenario, expected, f"returned {result!r}", diagnosis.accepted_hint(position, argument))
     except ValueError as error:
         if names_argument(str(error), argument):
             return

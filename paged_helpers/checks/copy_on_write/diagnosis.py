@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..reading.strict import torch_unhooked
 from ..speaking.failure import Hint
 
 COPY_HINT = Hint(
@@ -123,7 +124,7 @@ def diagnose_fork(cache: Any, parent: str, child: str, fork_length: int, *, bloc
             return with_cause(f"{wrote} (refcount {refs})", COPY_HINT)
         for layer in range(len(cache.k_pool)):
             for name, pool in (("keys", cache.k_pool), ("values", cache.v_pool)):
-                with torch._C.DisableTorchFunction():  # a learner's tensor subclass cannot answer
+                with torch_unhooked():  # a learner's tensor subclass cannot answer
                     same = torch.equal(
                         pool[layer][parent_block, :, :prompt_slots], pool[layer][child_block, :, :prompt_slots]
                     )

@@ -30,6 +30,3 @@ the whole engine (check_engine)
   blame            the stages each rule of the whole engine may come from
   attribution      whether a stage's own check already scores a failure of the whole engine
 """
-
-# The stage checks' tables, where the tests read them (their module before the split).
-from . import scenarios as stages  # noqa: F401

@@ -10,6 +10,3 @@ kv_history     what update returns: the whole history of each row, as written
 model_harness  the tiny Qwen3 on the cache, each step's logits against a from-scratch run
 diagnosis      the hints that name the bug: miscounted reserves, misplaced writes, wrong lengths
 """
-
-# The model story alone, which a test runs under its old name (a single module once).
-from .scenarios import play_model_story as _model_run  # noqa: F401

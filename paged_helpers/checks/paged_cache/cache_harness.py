@@ -16,7 +16,7 @@ from ..reading.calls import expect_raise
 from ..reading.learner_code import learner_type
 from ..reading.ledger import ceil_div, expect_all_free
 from ..reading.snapshot import expect_refused
-from ..reading.strict import learner_dict, learner_int
+from ..reading.strict import learner_int
 from ..speaking.failure import CheckFailed, NotImplementedYet, fail
 from . import diagnosis
 from .cache_account import CacheAccount
@@ -30,7 +30,7 @@ class CacheHarness(CacheAccount):
 
     def create(self, seq) -> None:
         call_naming_cause(f"create({seq!r})", self.cache.create, seq, scenario=self.where)
-        lengths = learner_dict(self.cache.lengths, "cache.lengths", self.where, learner_int)
+        lengths = self.reads.lengths(self.where)
         if self.learner_tables().get(seq) != [] or lengths.get(seq) != 0:
             fail(
                 f"{self.where}: after create({seq!r})",

@@ -84,8 +84,8 @@ def _exhaustion(h: BatchHarness, rng: random.Random) -> None:
     """Leave exactly 2 free blocks: a reserve needing 4 more changes nothing, one needing 2 fits."""
     b = h.cache.block_size
     h.create("hog")
-    h.reserve("hog", (h.cache.allocator.num_free - 2) * b)
-    length, held = h.cache.lengths["a"], len(h.ledger.tables["a"])
+    h.reserve("hog", (h.learner_num_free() - 2) * b)
+    length, held = h.learner_length("a"), len(h.ledger.tables["a"])
     h.refused_reserve("a", (held + 4) * b - length, free=2, needed=4)
     h.reserve("a", (held + 2) * b - length, why=" (a reserve that needs exactly the 2 free blocks fits)")
     h.free("hog")

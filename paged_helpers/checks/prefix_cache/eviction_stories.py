@@ -44,7 +44,8 @@ def lru_after_hit(PrefixCache: Any, PagedKVCache: Any, rng: random.Random) -> No
 
 def _expect_g_tail_evicted(server: Server, g_blocks: list[int], after: str) -> None:
     """Of G's two cached blocks, the least recently used entries, the tail went: its root stays reachable."""
-    if server.allocator.refs[g_blocks[0]] == 0 and server.allocator.refs[g_blocks[1]] == 1:
+    refs = server.reads.refs(f"{server.scenario}, after {after}")
+    if refs[g_blocks[0]] == 0 and refs[g_blocks[1]] == 1:
         fail(
             f"{server.scenario}, after {after}",
             f"G's last full block (block {g_blocks[1]}) evicted, its first (block {g_blocks[0]}) kept",

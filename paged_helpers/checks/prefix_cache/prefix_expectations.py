@@ -160,7 +160,7 @@ def expect_refusal_allowed(
 def expect_reachable(server: Server, after: str, reuse: dict[str, tuple[list[int], int]]) -> None:
     """With no request running, every block the prefix cache holds must be reachable by attach.
 
-    ``reuse_stories`` maps a prompt's name to (prompt, tokens attach must reuse). Each prompt is attached
+    ``reuse`` maps a prompt's name to (prompt, tokens attach must reuse). Each prompt is attached
     as a probe and freed again (which touches its entries: call this last in a step).
     """
     assert not server.prompts, "expect_reachable needs every request freed"
@@ -192,12 +192,13 @@ def expect_reachable(server: Server, after: str, reuse: dict[str, tuple[list[int
 
 def expect_nothing_held(server: Server) -> None:
     """After every request was freed and evict(num_blocks): no block holds a reference."""
-    stuck = [block for block, refs in enumerate(server.reads.refs(server.scenario)) if refs]
+    counts = server.reads.refs(server.scenario)
+    stuck = [block for block, refs in enumerate(counts) if refs]
     if stuck:
         fail(
             f"{server.scenario}, after freeing every request and evict({server.num_blocks})",
             f"all {server.num_blocks} blocks free (nothing uses them, so the cache can drop them all)",
-            f"block(s) {stuck} still hold references {[server.allocator.refs[b] for b in stuck]}",
+            f"block(s) {stuck} still hold references {[counts[b] for b in stuck]}",
             LEAK_HINT,
         )
 

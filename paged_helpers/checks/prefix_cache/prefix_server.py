@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reading.cache_reads import CacheReads
+from ..reading.cache_reads import CacheReads, new_paged_cache
 from ..reading.calls import call_learner
 from ..reading.learner_code import assign
 from ..reading.ledger import Ledger
@@ -27,16 +27,7 @@ class Server:
 
     def __init__(self, PrefixCache: Any, PagedKVCache: Any, num_blocks: int, scenario: str) -> None:
         self.scenario, self.num_blocks = scenario, num_blocks
-        self.cache = call_learner(
-            f"PagedKVCache(layers=1, num_blocks={num_blocks}, block_size={BLOCK}, kv_heads=1, head_dim=1)",
-            PagedKVCache,
-            1,
-            num_blocks,
-            BLOCK,
-            1,
-            1,
-            scenario=scenario,
-        )
+        self.cache = new_paged_cache(PagedKVCache, (1, num_blocks, BLOCK, 1, 1), scenario=scenario)
         self.reads = CacheReads(self.cache)
         self.prefixes = call_learner("PrefixCache(cache)", PrefixCache, self.cache, scenario=scenario)
         self.prompts: dict[str, list[int]] = {}

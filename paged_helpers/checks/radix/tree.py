@@ -17,6 +17,7 @@ from typing import Any
 
 from ..reading.calls import call_learner, call_learner_allowing
 from ..reading.ledger import ceil_div
+from ..reading.strict import learner_int
 from ..speaking.failure import fail
 from .diagnosis import ALLOCATE_HINT, LOCK_HINT, MATCH_WALK_HINT
 from .order.scenarios import ORDER_CASES, ORDER_STORY
@@ -84,8 +85,8 @@ class TreeEngine:
         new = call_learner(
             f"insert({name}, table)", self.radix.insert, list(prompt), list(table), scenario=self.scenario
         )
-        self.account.names.setdefault(tuple(prompt[: len(prompt) // BLOCK * BLOCK]), name)
         full = tuple(prompt[: len(prompt) // BLOCK * BLOCK])
+        self.account.names.setdefault(full, name)
         where = f"{self.scenario}, insert({name}, table)"
         expect_inserted(self.account, new, full, name, where)
         self.lock(new, name)
@@ -115,7 +116,8 @@ class TreeEngine:
 
     def _in_pool(self, block: Any, where: str) -> int:
         """A block id the allocator handed out: an int of the pool, or a failure naming it."""
-        if type(block) is not int or not 0 <= block < self.num_blocks:
+        block = learner_int(block, "the block allocator.allocate() returned", where)
+        if not 0 <= block < self.num_blocks:
             fail(
                 where,
                 f"allocator.allocate() returning a block id in 0..{self.num_blocks - 1}",

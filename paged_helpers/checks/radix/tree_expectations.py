@@ -56,11 +56,15 @@ def expect_match(
         differ_at = (n for n, (a, b) in enumerate(zip(path, tokens, strict=False)) if a != b)
         shared = next(differ_at, min(len(path), len(tokens)))
         left_the_probe = f", only the first {shared} of them the probe's" if shared < len(path) else ""
+        returned = f"the {len(blocks)} {'block' if len(blocks) == 1 else 'blocks'} returned"
+        claimed = (
+            f"the returned node's path equal to the probe's first {reused} tokens ({returned})"
+            if reused <= len(tokens)
+            else f"a match of at most the probe's {len(tokens)} tokens ({returned} cover {reused})"
+        )
         fail(
             where,
-            f"the returned node's path equal to the probe's first {reused} tokens (the {len(blocks)} "
-            + ("block" if len(blocks) == 1 else "blocks")
-            + " returned)",
+            claimed,
             f"it ends after {len(path)} tokens{left_the_probe}",
             SPLIT_HINT,
         )

@@ -75,4 +75,9 @@ def expect_fresh_loads(
                 f" (host_entries now gives the key {'no slot' if key not in entries else f'slot {entries[key]}'})",
                 PIN_HINT,
             )
-        fail(where, f"block {block} holding the keys and values of host slot {slot}", "other ones", HOST_DATA_HINT)
+        fail(
+            where,
+            f"block {block} holding the keys and values of host slot {slot}",
+            "other keys and values",
+            HOST_DATA_HINT,
+        )

@@ -7,6 +7,3 @@ from-scratch run.
     radix_server    RadixModelServer: the check's record of every prefilled block, compared before each pass
     diagnosis       the hints, by the cause found first
 """
-
-# The tests' old import path (radix.on_the_model was one module).
-from .scenarios import SCENARIOS, _account  # noqa: F401
